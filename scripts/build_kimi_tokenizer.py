@@ -1,0 +1,154 @@
+"""Build the small Kimi-K2.5-style tokenizer shipped in ``src/eagle3_datagen/assets/kimi-k2.5-mini``.
+
+Why: tests and the demo need a tokenizer that behaves like Kimi-K2.5's (same special tokens, same
+chat-template shape, generation prompt ending in ``<think>``) without downloading a 1T model.
+The files are committed; rerun this script only to change them:
+
+    uv run python scripts/build_kimi_tokenizer.py
+
+Special tokens keep Kimi's *relative* layout (``[BOS]`` first, ``<think>``/``</think>`` 22 and
+23 places later) but start right after the small BPE vocabulary, so their ids differ from the
+real model's. The pipeline resolves every special token by its string, never by id.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+OUT_DIR = Path(__file__).resolve().parents[1] / "src" / "eagle3_datagen" / "assets" / "kimi-k2.5-mini"
+VOCAB_SIZE = 2048  # BPE ranks, before the special tokens
+
+# Kimi-K2's special-token block, in id order from 163584 ("reserved" fills the gaps).
+SPECIAL_TOKENS = [
+    "[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>",
+    "<|reserved_token_0|>", "<|start_header_id|>", "<|end_header_id|>",
+    "<|reserved_token_1|>", "[EOT]", "<|im_system|>",
+    "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+    "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+    "<|reserved_token_2|>", "<|im_middle|>",
+    "<|media_begin|>", "<|media_content|>", "<|media_end|>", "<|media_pad|>",
+    "<think>", "</think>", "[UNK]", "[PAD]",
+]  # fmt: skip
+
+# Kimi-K2.5-shaped template: default system prompt, tool declarations, history thinking dropped
+# before the last user turn, tool calls after content, generation prompt ending in <think>.
+CHAT_TEMPLATE = (
+    "{%- macro render_content(msg) -%}"
+    "{%- if msg.content is string -%}{{ msg.content }}"
+    "{%- elif msg.content -%}{%- for part in msg.content -%}"
+    "{%- if part.type == 'text' -%}{{ part.text }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endmacro -%}"
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for m in messages -%}{%- if m.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if tools -%}<|im_system|>tool_declare<|im_middle|>{{ tools | tojson }}<|im_end|>"
+    "{%- endif -%}"
+    "{%- if messages[0].role != 'system' -%}"
+    "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI."
+    "<|im_end|>"
+    "{%- endif -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'system' -%}"
+    "<|im_system|>{{ m.name or 'system' }}<|im_middle|>{{ render_content(m) }}<|im_end|>"
+    "{%- elif m.role == 'user' -%}"
+    "<|im_user|>{{ m.name or 'user' }}<|im_middle|>{{ render_content(m) }}<|im_end|>"
+    "{%- elif m.role == 'assistant' -%}"
+    "<|im_assistant|>assistant<|im_middle|>"
+    "{%- if loop.index0 > ns.last_user and m.reasoning_content -%}"
+    "<think>{{ m.reasoning_content }}</think>"
+    "{%- else -%}<think></think>{%- endif -%}"
+    "{{ render_content(m) }}"
+    "{%- if m.tool_calls -%}<|tool_calls_section_begin|>"
+    "{%- for tc in m.tool_calls -%}"
+    "{%- set fn = tc.function if tc.function is defined else tc -%}"
+    "<|tool_call_begin|>functions.{{ fn.name }}:{{ loop.index0 }}<|tool_call_argument_begin|>"
+    "{%- if fn.arguments is string -%}{{ fn.arguments }}{%- else -%}{{ fn.arguments | tojson }}"
+    "{%- endif -%}<|tool_call_end|>"
+    "{%- endfor -%}<|tool_calls_section_end|>{%- endif -%}"
+    "<|im_end|>"
+    "{%- elif m.role == 'tool' -%}"
+    "<|im_system|>tool<|im_middle|>## Return of {{ m.tool_call_id or '' }}\n"
+    "{{ render_content(m) }}<|im_end|>"
+    "{%- else -%}"
+    "{{ raise_exception('unknown role: ' ~ m.role) }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>"
+    "{%- if thinking is defined and thinking is false -%}<think></think>"
+    "{%- else -%}<think>{%- endif -%}"
+    "{%- endif -%}"
+)
+
+CORPUS = """
+The quick brown fox jumps over the lazy dog. What is 1+1? The answer is 2.
+Let me think about this step by step. First, I need to understand the question.
+You are a helpful assistant. Please write a Python function that returns the sum of a list.
+def add(a, b):\n    return a + b\n\nclass Solver:\n    def solve(self, x: int) -> int:\n        return x * 2
+{"name": "get_weather", "description": "Get the current weather", "parameters": {"type": "object",
+"properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}}}}
+The weather in Paris is sunny and 21 degrees. Tokyo, London, Berlin, New York, Beijing.
+Speculative decoding uses a small draft model to propose tokens that the target model verifies.
+Training data for the draft model must hold exactly the tokens that the target model produces.
+Numbers: 0 1 2 3 4 5 6 7 8 9 10 100 1000 3.14159 2.71828 42. Punctuation: , . ; : ! ? ( ) [ ] { }
+Mathematics: let x = 3, then x^2 = 9 and sqrt(16) = 4. Therefore the result follows.
+Hmm, wait. Actually, let me reconsider. So the final answer is: yes. I think that is correct.
+"""
+
+
+def build() -> None:
+    tokenizer = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        min_frequency=1,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+    )
+    tokenizer.train_from_iterator([CORPUS] * 4, trainer=trainer)
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(OUT_DIR / "tokenizer.json"))
+    ids = {t: tokenizer.token_to_id(t) for t in SPECIAL_TOKENS}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "[BOS]",
+        "eos_token": "[EOS]",
+        "unk_token": "[UNK]",
+        "pad_token": "[PAD]",
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 262144,
+        "added_tokens_decoder": {
+            str(i): {"content": t, "special": True, "normalized": False, "lstrip": False,
+                     "rstrip": False, "single_word": False}
+            for t, i in ids.items()
+        },
+        "chat_template": CHAT_TEMPLATE,
+    }  # fmt: skip
+    (OUT_DIR / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    model_config = {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "bos_token_id": ids["[BOS]"],
+        "eos_token_id": ids["[EOS]"],
+        "pad_token_id": ids["[PAD]"],
+        "vocab_size": tokenizer.get_vocab_size(),
+        "max_position_embeddings": 262144,
+        "_comment": "Tiny stand-in for Kimi-K2.5's tokenizer; no weights. See scripts/build_kimi_tokenizer.py.",
+    }
+    (OUT_DIR / "config.json").write_text(json.dumps(model_config, indent=2) + "\n")
+    generation_config = {"eos_token_id": [ids["<|im_end|>"], ids["[EOS]"]]}
+    (OUT_DIR / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
+    print(f"wrote {OUT_DIR} (vocab {tokenizer.get_vocab_size()}, <think>={ids['<think>']})")
+
+
+if __name__ == "__main__":
+    build()

@@ -1,0 +1,122 @@
+"""Rendering prompts to token ids with the model's own tokenizer and chat template.
+
+Why on the client: the server never sees text, so the prompt ids we store are exactly the ids the
+model was conditioned on. ``render`` equals ``apply_chat_template(..., tokenize=True)``; it renders
+each prompt's template to text and encodes the whole batch in one call to the Rust tokenizer,
+which is what ``apply_chat_template`` does internally, one prompt at a time.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from eagle3_datagen.errors import TokenizerError
+from eagle3_datagen.prompts import Prompt
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class RenderError:
+    """The chat template failed for one prompt (e.g. it raised on an unexpected message)."""
+
+    reason: str
+
+
+@functools.cache
+def _load(path: str, trust_remote_code: bool) -> Any:
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        from transformers import AutoTokenizer
+
+        try:
+            return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except Exception as err:  # transformers raises OSError, ValueError, ...
+            raise TokenizerError(f"cannot load tokenizer from {path!r}: {err}") from None
+
+
+class ChatTokenizer:
+    """A loaded tokenizer plus the chat-template kwargs of the run."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        trust_remote_code: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.path = path
+        self.tok = _load(path, trust_remote_code)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        if not getattr(self.tok, "chat_template", None):
+            raise TokenizerError(f"tokenizer at {path!r} has no chat template")
+
+    def token_id(self, token: str) -> int:
+        """The id of a special token given by its string; it must be exactly one token."""
+        ids = self.tok.encode(token, add_special_tokens=False)
+        if len(ids) != 1:
+            raise TokenizerError(
+                f"{token!r} is not a single token in {self.path!r} (encodes to {ids}); "
+                "check special_tokens in the config"
+            )
+        return int(ids[0])
+
+    def render_text(self, prompt: Prompt) -> str:
+        text = self.tok.apply_chat_template(
+            prompt.messages,
+            tools=prompt.tools,
+            add_generation_prompt=True,
+            tokenize=False,
+            **self.chat_template_kwargs,
+        )
+        return str(text)
+
+    def render(self, prompts: Sequence[Prompt]) -> list[list[int] | RenderError]:
+        """Token ids for each prompt, or why its template failed; batch-encoded in Rust."""
+        texts: list[str] = []
+        slots: list[int] = []
+        out: list[list[int] | RenderError] = []
+        for prompt in prompts:
+            try:
+                texts.append(self.render_text(prompt))
+                slots.append(len(out))
+                out.append(RenderError("unrendered"))
+            except Exception as err:  # jinja2 raises TemplateError, transformers ValueError, ...
+                out.append(RenderError(f"chat template failed: {err}"))
+        if texts:
+            encoded = self.tok(texts, add_special_tokens=False)["input_ids"]
+            for slot, ids in zip(slots, encoded, strict=True):
+                out[slot] = list(ids)
+        return out
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tok.decode(list(ids), skip_special_tokens=False))
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Identifies the vocabulary, special tokens and chat template (for provenance)."""
+        vocab = self.tok.get_vocab()
+        vocab_blob = orjson.dumps(sorted(vocab.items(), key=lambda kv: kv[1]))
+        added = {str(i): t.content for i, t in self.tok.added_tokens_decoder.items()}
+        template = self.tok.chat_template
+        if isinstance(template, dict):
+            template = orjson.dumps(template, option=orjson.OPT_SORT_KEYS).decode()
+        return {
+            "tokenizer_path": self.path,
+            "vocab_size": len(vocab),
+            "vocab_sha256": hashlib.sha256(vocab_blob).hexdigest(),
+            "special_tokens_sha256": hashlib.sha256(
+                orjson.dumps(added, option=orjson.OPT_SORT_KEYS)
+            ).hexdigest(),
+            "chat_template_sha256": hashlib.sha256(str(template).encode()).hexdigest(),
+        }

@@ -1,0 +1,155 @@
+"""The ``eagle3-datagen`` command: run, demo, emulator, validate, export.
+
+Prefect is imported only by the commands that run flows, so ``eagle3-datagen emulator`` starts
+fast and the library stays importable without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from eagle3_datagen.config import PipelineConfig, load_config
+from eagle3_datagen.errors import DatagenError
+
+
+def _prefect_env() -> None:
+    # Telemetry writes race the embedded SQLite database ("database is locked").
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "eagle3_datagen")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())[:2000]
+
+
+def run_pipeline(
+    config: PipelineConfig,
+    *,
+    partitions: list[str] | None = None,
+    server_url: str | None = None,
+    overwrite: bool = False,
+) -> tuple[bool, dict[str, Any] | str]:
+    """Run the parent flow in this process; return (completed, manifest or one-line reason)."""
+    _prefect_env()
+    from flows.pipeline import datagen
+
+    state = asyncio.run(
+        datagen(  # type: ignore[call-overload]
+            config=config,
+            partitions=partitions or None,
+            server_url=server_url,
+            overwrite=overwrite,
+            return_state=True,
+        )
+    )
+    if state.is_completed():
+        return True, asyncio.run(state.aresult())
+    return False, _one_line(state.message or state.type.value)
+
+
+def _print_summary(manifest: dict[str, Any], output_dir: str) -> None:
+    print(f"dataset: {output_dir}")
+    for name, part in manifest.get("partitions", {}).items():
+        reasons = ", ".join(f"{k}={v}" for k, v in part.get("rejects_by_reason", {}).items())
+        print(
+            f"  {name}: {part.get('accepted', 0)} accepted, {part.get('rejected', 0)} rejected"
+            + (f" ({reasons})" if reasons else "")
+            + f" -> {Path(output_dir) / name}"
+        )
+    print(f"manifest: {Path(output_dir) / 'manifest.json'}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    updates: dict[str, Any] = {}
+    if args.output:
+        updates["output_dir"] = str(Path(args.output).resolve())
+    if updates:
+        config = config.model_copy(update=updates)
+    for name in args.partition or []:
+        config.partition(name)
+    ok, result = run_pipeline(
+        config, partitions=args.partition, server_url=args.server_url, overwrite=args.overwrite
+    )
+    if not ok:
+        print(f"eagle3-datagen: run failed: {result}", file=sys.stderr)
+        return 1
+    assert isinstance(result, dict)
+    _print_summary(result, config.output_dir)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from eagle3_datagen.demo import default_output_dir, demo_config
+
+    output = Path(args.output) if args.output else default_output_dir()
+    config = demo_config(output)
+    print(f"demo: emulator on port {config.server.port}, Prefect local backend, output {output}")
+    ok, result = run_pipeline(config)
+    if not ok:
+        print(f"eagle3-datagen: demo failed: {result}", file=sys.stderr)
+        return 1
+    assert isinstance(result, dict)
+    _print_summary(result, config.output_dir)
+    return 0
+
+
+def cmd_emulator(argv: list[str]) -> int:
+    from eagle3_datagen.emulator import main as emulator_main
+
+    return emulator_main(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="eagle3-datagen",
+        description="Exact-token EAGLE-3 training data from SGLang, orchestrated by Prefect.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="one ad-hoc flow run of a config")
+    run.add_argument("config", help="pipeline config YAML")
+    run.add_argument("--server-url", help="attach to a running SGLang-compatible server")
+    run.add_argument(
+        "--partition", action="append", metavar="NAME", help="run only this partition (repeatable)"
+    )
+    run.add_argument("--output", metavar="DIR", help="output directory (overrides the config)")
+    run.add_argument(
+        "--overwrite", action="store_true", help="allow writing over data of another fingerprint"
+    )
+    run.set_defaults(func=cmd_run)
+
+    demo = sub.add_parser("demo", help="the whole pipeline on this machine, with the emulator")
+    demo.add_argument("--output", metavar="DIR", help="output directory (default: a new one)")
+    demo.set_defaults(func=cmd_demo)
+
+    sub.add_parser(
+        "emulator",
+        help="run the SGLang emulator (takes sglang.launch_server flags; see --help)",
+        add_help=False,
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "emulator":
+        return cmd_emulator(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except DatagenError as err:
+        print(f"eagle3-datagen: {_one_line(str(err))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("eagle3-datagen: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,389 @@
+"""Pipeline configuration: one pydantic model, loaded from YAML, that is also the flow parameter.
+
+The same :class:`PipelineConfig` is what ``eagle3-datagen run CONFIG.yaml`` loads and what the
+Prefect UI renders as the run form, so every field carries a title-worthy description, tiers and
+partitions are lists of models (editable with "Add item"), and choices are ``Literal`` dropdowns.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from eagle3_datagen.errors import ConfigError
+
+# The seed's production server: python -m sglang.launch_server ... (see CONTRACT.md)
+DEFAULT_TP_SIZE = 8
+DEFAULT_MEM_FRACTION = 0.88
+DEFAULT_HICACHE_SIZE_GB = 48
+DEFAULT_CONTINUOUS_DECODE_STEPS = 4
+DEFAULT_PORT = 8000
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class _Model(BaseModel):
+    """Strict base: unknown keys are typos, and typos in a 100k-prompt run are expensive."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSpec(_Model):
+    """Which model's tokenizer and chat template render the prompts."""
+
+    path: str = Field(
+        title="Model path",
+        description="Model directory (or hub id) served by SGLang; its tokenizer renders prompts.",
+    )
+    tokenizer_path: str | None = Field(
+        default=None,
+        title="Tokenizer path",
+        description="Tokenizer directory if different from the model path.",
+    )
+    trust_remote_code: bool = Field(
+        default=True,
+        title="Trust remote code",
+        description="Passed to AutoTokenizer and to SGLang (Kimi-K2.5 needs it).",
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        title="Chat template kwargs",
+        description='Extra variables for the chat template, e.g. {"thinking": true}.',
+    )
+
+    @property
+    def tokenizer_dir(self) -> str:
+        return self.tokenizer_path or self.path
+
+
+class ToolCallTokens(_Model):
+    """Kimi-style tool-call markers; a section holds one or more begin/argument/end calls."""
+
+    section_begin: str = Field(default="<|tool_calls_section_begin|>")
+    section_end: str = Field(default="<|tool_calls_section_end|>")
+    call_begin: str = Field(default="<|tool_call_begin|>")
+    argument_begin: str = Field(default="<|tool_call_argument_begin|>")
+    call_end: str = Field(default="<|tool_call_end|>")
+
+
+class SpecialTokens(_Model):
+    """Special tokens by their *strings*; ids are resolved through the tokenizer at start-up."""
+
+    think_start: str = Field(default="<think>", description="Opens the reasoning block.")
+    think_end: str = Field(default="</think>", description="Closes the reasoning block.")
+    end_of_turn: str = Field(
+        default="<|im_end|>",
+        description="Ends the assistant turn; the expected last output token.",
+    )
+    extra_stop: list[str] = Field(
+        default_factory=lambda: ["[EOS]"],
+        description="Other tokens that stop generation (sent as stop_token_ids too).",
+    )
+    role_tokens: list[str] = Field(
+        default_factory=lambda: [
+            "<|im_user|>",
+            "<|im_system|>",
+            "<|im_assistant|>",
+            "<|im_middle|>",
+        ],
+        description="Turn and role tokens that must never appear inside an output.",
+    )
+    tool_calls: ToolCallTokens | None = Field(
+        default_factory=lambda: ToolCallTokens(),
+        description="Tool-call tokens whose structure is checked; null for models without tools.",
+    )
+    thinking: Literal["prompt", "output", "none"] = Field(
+        default="prompt",
+        title="Thinking block placement",
+        description=(
+            "Where <think> opens: 'prompt' (the chat template ends in it, as Kimi-K2.5), "
+            "'output' (the model emits it, as DeepSeek-R1), or 'none' (no thinking)."
+        ),
+    )
+
+
+class Sampling(_Model):
+    """Sampling parameters sent explicitly with every request (SGLang's /generate has no model
+    defaults: generation_config.json applies only to the OpenAI chat endpoint)."""
+
+    temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy.")
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
+    top_k: int = Field(default=-1, description="-1 means all tokens.")
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    repetition_penalty: float = Field(default=1.0, ge=0.0, le=2.0)
+    seed: int | None = Field(
+        default=None,
+        description="Per-request sampling_seed; None lets the server choose.",
+    )
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, v: int) -> int:
+        if v == 0 or v < -1:
+            raise ValueError("top_k must be -1 (all) or >= 1")
+        return v
+
+    def to_sglang(self, max_new_tokens: int, stop_token_ids: list[int]) -> dict[str, Any]:
+        """The ``sampling_params`` dict for /generate; output is never trimmed or re-encoded."""
+        params: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "min_p": self.min_p,
+            "repetition_penalty": self.repetition_penalty,
+            "stop_token_ids": stop_token_ids,
+            "skip_special_tokens": False,
+            "no_stop_trim": True,
+        }
+        if self.seed is not None:
+            params["sampling_seed"] = self.seed
+        return params
+
+
+class ServerSpec(_Model):
+    """The SGLang server: launched by the run (and stopped with it) or attached to by URL."""
+
+    mode: Literal["launch", "attach"] = Field(
+        default="launch",
+        title="Server mode",
+        description="'launch' starts SGLang for this run; 'attach' uses a running server by URL.",
+    )
+    engine: Literal["sglang", "emulator"] = Field(
+        default="sglang",
+        title="Engine",
+        description="'sglang' runs python -m sglang.launch_server; 'emulator' runs the bundled "
+        "SGLang emulator with the same flags (no GPU).",
+    )
+    url: str | None = Field(
+        default=None,
+        description="Attach mode: the server's base URL, e.g. http://node1:8000.",
+    )
+    host: str = Field(default="127.0.0.1", description="Launch mode: --host.")
+    port: int = Field(default=DEFAULT_PORT, ge=1, le=65535, description="Launch mode: --port.")
+    tp_size: int = Field(default=DEFAULT_TP_SIZE, ge=1, description="--tp-size (GPUs per server).")
+    mem_fraction_static: float = Field(default=DEFAULT_MEM_FRACTION, gt=0.0, lt=1.0)
+    enable_hierarchical_cache: bool = Field(default=True)
+    hicache_size_gb: int = Field(
+        default=DEFAULT_HICACHE_SIZE_GB, ge=0, description="--hicache-size"
+    )
+    num_continuous_decode_steps: int = Field(default=DEFAULT_CONTINUOUS_DECODE_STEPS, ge=1)
+    context_length: int | None = Field(
+        default=None, description="--context-length; None takes the model's config."
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="More launch_server flags, passed through verbatim.",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description='Environment for the server process, e.g. {"CUDA_VISIBLE_DEVICES": "0,1"}.',
+    )
+    api_key_env: str | None = Field(
+        default=None,
+        description="Name of the environment variable holding SGLang's --api-key (never the key).",
+    )
+    startup_timeout_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Health-gate deadline; a 1T model loads for tens of minutes.",
+    )
+    request_timeout_s: float = Field(
+        default=1800.0,
+        gt=0,
+        description="Per-request timeout; a 16k-token generation takes minutes.",
+    )
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_reasoning_parser(cls, v: list[str]) -> list[str]:
+        for arg in v:
+            if arg.split("=", 1)[0] == "--reasoning-parser":
+                raise ValueError(
+                    "--reasoning-parser is refused: it is not needed for /generate and the "
+                    "pipeline requires the raw output_ids of a server launched without it"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _attach_needs_url(self) -> ServerSpec:
+        if self.mode == "attach" and not self.url:
+            raise ValueError("server.mode 'attach' needs server.url")
+        return self
+
+    @property
+    def base_url(self) -> str:
+        if self.mode == "attach":
+            assert self.url is not None
+            return self.url.rstrip("/")
+        return f"http://{self.host}:{self.port}"
+
+
+class Tier(_Model):
+    """A concurrency class: how many requests are in flight and how long outputs may grow."""
+
+    name: str = Field(description="Tier name referenced by partitions, e.g. SHORT or LONG.")
+    concurrency: int = Field(ge=1, le=4096, description="Requests in flight for a partition.")
+    max_tokens: int = Field(ge=1, description="max_new_tokens for every request of the tier.")
+
+
+class Partition(_Model):
+    """One prompts file and the tier it runs under."""
+
+    name: str = Field(description="Output sub-directory name; letters, digits, '_', '-', '.'.")
+    input: str = Field(description="Prompts file: JSONL (one prompt per line) or Parquet.")
+    tier: str = Field(description="Name of a tier defined in `tiers`.")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        if not _SAFE_NAME.match(v) or ".." in v:
+            raise ValueError(
+                f"partition name {v!r} is not a safe directory name "
+                "(letters, digits, '_', '-', '.'; no slashes, no '..')"
+            )
+        return v
+
+
+class ValidationPolicy(_Model):
+    """How strictly outputs are checked before they become training data."""
+
+    truncation: Literal["keep", "reject"] = Field(
+        default="keep",
+        description="'keep' stores length-truncated outputs, flagged; 'reject' rejects them.",
+    )
+    require_answer: bool = Field(
+        default=True,
+        description="Reject outputs with nothing after </think> (when not truncated).",
+    )
+
+
+class RetryPolicy(_Model):
+    """Per-request retries for transient failures (transport errors, 429, 5xx, aborts)."""
+
+    max_attempts: int = Field(
+        default=6, ge=1, le=100, description="Tries per request, first included."
+    )
+    backoff_initial_s: float = Field(default=1.0, ge=0.0, description="First backoff; doubles.")
+    backoff_max_s: float = Field(default=60.0, ge=0.0, description="Backoff cap (jitter added).")
+
+
+def _default_tiers() -> list[Tier]:
+    return [
+        Tier(name="SHORT", concurrency=150, max_tokens=10240),
+        Tier(name="LONG", concurrency=32, max_tokens=16384),
+    ]
+
+
+class PipelineConfig(_Model):
+    """Everything a run needs. Relative paths resolve against the config file's directory."""
+
+    model: ModelSpec
+    special_tokens: SpecialTokens = Field(default_factory=SpecialTokens)
+    sampling: Sampling = Field(default_factory=Sampling)
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    tiers: list[Tier] = Field(default_factory=_default_tiers, min_length=1)
+    partitions: list[Partition] = Field(min_length=1)
+    validation: ValidationPolicy = Field(default_factory=ValidationPolicy)
+    retries: RetryPolicy = Field(default_factory=RetryPolicy)
+    output_dir: str = Field(default="datagen-output", description="Run directory for the dataset.")
+    batch_size: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        default=512,
+        description="Prompts per Prefect task run (a task run costs ~10 ms).",
+    )
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> PipelineConfig:
+        tier_names = [t.name for t in self.tiers]
+        dupes = {n for n in tier_names if tier_names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"duplicate tier names: {sorted(dupes)}")
+        names = [p.name for p in self.partitions]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"duplicate partition names: {sorted(dupes)}")
+        for p in self.partitions:
+            if p.tier not in tier_names:
+                raise ValueError(
+                    f"partition {p.name!r} names tier {p.tier!r}, which is not in tiers "
+                    f"{tier_names}"
+                )
+        return self
+
+    def tier(self, name: str) -> Tier:
+        return next(t for t in self.tiers if t.name == name)
+
+    def partition(self, name: str) -> Partition:
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        raise ConfigError(
+            f"unknown partition {name!r}; the config has {[p.name for p in self.partitions]}"
+        )
+
+    def resolve_paths(self, base: Path) -> PipelineConfig:
+        """Make relative paths absolute against ``base`` (the config file's directory)."""
+
+        def fix(value: str) -> str:
+            p = Path(value).expanduser()
+            if p.is_absolute():
+                return str(p)
+            candidate = base / p
+            # Hub ids like "moonshotai/Kimi-K2.5" stay as they are unless they exist locally.
+            return (
+                str(candidate.resolve()) if candidate.exists() or value.startswith(".") else value
+            )
+
+        data = self.model_dump()
+        data["model"]["path"] = fix(self.model.path)
+        if self.model.tokenizer_path:
+            data["model"]["tokenizer_path"] = fix(self.model.tokenizer_path)
+        for part in data["partitions"]:
+            part["input"] = str((base / Path(part["input"]).expanduser()).resolve())
+        data["output_dir"] = str((base / Path(self.output_dir).expanduser()).resolve())
+        return PipelineConfig.model_validate(data)
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """One line per problem: ``file: field.path: reason``."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "<root>"
+        lines.append(f"{source}: {loc}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>") -> PipelineConfig:
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source)) from None
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Load and validate a YAML config; relative paths resolve against the file's directory."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config: {err.strerror or err}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: invalid YAML: {getattr(err, 'problem', err)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return parse_config(data, str(path)).resolve_paths(path.resolve().parent)

@@ -1,0 +1,68 @@
+"""Every error type the pipeline raises, in one place.
+
+Our exception hierarchy::
+
+    DatagenError
+    ├── ConfigError            bad config file or value (names file, field, reason)
+    ├── TokenizerError         tokenizer cannot be loaded, or a special token is not one token
+    ├── InputFileError         a partition's prompts file is missing or unreadable
+    ├── OutputConflictError    the output directory holds data made under another fingerprint
+    ├── ServerError            the server is unusable: the run cannot go on
+    │   ├── ServerStartupError     died or never became healthy
+    │   └── PreflightError         up, but configured against our needs (e.g. reasoning parser)
+    └── RequestError           one /generate request failed
+        ├── RetryableRequestError  transport error, timeout, 429, 5xx: try again
+        └── RejectedRequestError   4xx such as "prompt too long": never retried, record rejected
+
+Per-line input problems are not exceptions: they become reject records (see ``records.py``).
+"""
+
+from __future__ import annotations
+
+
+class DatagenError(Exception):
+    """Base class for all errors of this package."""
+
+
+class ConfigError(DatagenError):
+    """The configuration is invalid; the message names the file, the field and the reason."""
+
+
+class TokenizerError(DatagenError):
+    """The tokenizer cannot serve this pipeline."""
+
+
+class InputFileError(DatagenError):
+    """A partition's input file cannot be read at all (as opposed to one bad line)."""
+
+
+class OutputConflictError(DatagenError):
+    """The output directory already holds data that must not be mixed with this run's."""
+
+
+class ServerError(DatagenError):
+    """The SGLang server cannot be used; retrying a request will not help."""
+
+
+class ServerStartupError(ServerError):
+    """The launched server died or missed its health deadline."""
+
+
+class PreflightError(ServerError):
+    """The server runs with settings that would corrupt or waste the run."""
+
+
+class RequestError(DatagenError):
+    """One /generate request failed."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RetryableRequestError(RequestError):
+    """A transient failure: connection refused or reset, timeout, HTTP 429 or 5xx."""
+
+
+class RejectedRequestError(RequestError):
+    """The server refused the request (HTTP 4xx); retrying the same request cannot succeed."""

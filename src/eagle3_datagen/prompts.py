@@ -1,0 +1,224 @@
+"""Reading partition input: plan batches by streaming the file, then parse one batch's lines.
+
+Why byte ranges: a batch is described by ``(path, start, stop)`` offsets, so the planner streams
+the file once without holding prompts in memory (1M-prompt partitions), a Prefect task receives
+a few integers instead of thousands of prompts, and a rerun re-plans the same batches.
+
+Every line ends as a :class:`Prompt` or an :class:`InputReject` that names the file, the line
+and the reason; a bad line never stops the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from eagle3_datagen.errors import InputFileError
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+_READ_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSpec:
+    """A slice of one partition's input: byte offsets for JSONL, row offsets for Parquet."""
+
+    partition: str
+    index: int
+    path: str
+    start: int
+    stop: int
+    first_line: int  # 1-based line (JSONL) or row (Parquet) number of the first item
+    count: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.partition}/{self.index:04d}"
+
+
+@dataclass(slots=True)
+class Prompt:
+    """A parsed, well-formed input line (trailing assistant message already dropped)."""
+
+    id: str
+    line: int
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+
+
+@dataclass(slots=True)
+class InputReject:
+    """An input line that cannot become a prompt, kept with its reason and raw text."""
+
+    line: int
+    reason: str
+    raw: str
+    id: str | None = None
+
+
+def is_parquet(path: str | Path) -> bool:
+    return str(path).lower().endswith((".parquet", ".pq"))
+
+
+def plan_batches(partition: str, path: str | Path, batch_size: int) -> Iterator[BatchSpec]:
+    """Yield consecutive batches of ``batch_size`` lines without loading the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(f"{path}: input file not found for partition {partition!r}")
+    if is_parquet(path):
+        yield from _plan_parquet(partition, path, batch_size)
+    else:
+        yield from _plan_jsonl(partition, path, batch_size)
+
+
+def _plan_jsonl(partition: str, path: Path, batch_size: int) -> Iterator[BatchSpec]:
+    index, line_no, start, pos, count = 0, 0, 0, 0, 0
+    try:
+        with path.open("rb") as fh:
+            tail = b""
+            while chunk := fh.read(_READ_CHUNK):
+                data = tail + chunk
+                base = pos - len(tail)
+                cursor = 0
+                while (nl := data.find(b"\n", cursor)) != -1:
+                    cursor = nl + 1
+                    line_no += 1
+                    count += 1
+                    if count == batch_size:
+                        stop = base + cursor
+                        yield BatchSpec(partition, index, str(path), start, stop,
+                                        line_no - count + 1, count)  # fmt: skip
+                        index, start, count = index + 1, stop, 0
+                tail = data[cursor:]
+                pos += len(chunk)
+            if tail:  # last line without a newline
+                line_no += 1
+                count += 1
+            if count:
+                yield BatchSpec(partition, index, str(path), start, pos, line_no - count + 1, count)
+    except OSError as err:
+        raise InputFileError(f"{path}: cannot read input: {err.strerror or err}") from None
+
+
+def _plan_parquet(partition: str, path: Path, batch_size: int) -> Iterator[BatchSpec]:
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.ParquetFile(path).metadata.num_rows
+    except Exception as err:  # pyarrow raises several types for a corrupt file
+        raise InputFileError(f"{path}: not a readable Parquet file: {err}") from None
+    for index, start in enumerate(range(0, rows, batch_size)):
+        stop = min(start + batch_size, rows)
+        yield BatchSpec(partition, index, str(path), start, stop, start + 1, stop - start)
+
+
+def read_batch(spec: BatchSpec) -> list[tuple[int, bytes | dict[str, Any]]]:
+    """The batch's items as ``(line_number, raw line bytes)`` or ``(row_number, row dict)``."""
+    if is_parquet(spec.path):
+        return _read_parquet_rows(spec)
+    try:
+        with open(spec.path, "rb") as fh:
+            fh.seek(spec.start)
+            data = fh.read(spec.stop - spec.start)
+    except OSError as err:
+        raise InputFileError(f"{spec.path}: cannot read input: {err.strerror or err}") from None
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"" and data.endswith(b"\n"):
+        lines.pop()
+    return [(spec.first_line + i, line) for i, line in enumerate(lines)]
+
+
+def _read_parquet_rows(spec: BatchSpec) -> list[tuple[int, bytes | dict[str, Any]]]:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(spec.path)
+    out: list[tuple[int, bytes | dict[str, Any]]] = []
+    row0 = 0
+    for rg in range(pf.num_row_groups):
+        n = pf.metadata.row_group(rg).num_rows
+        lo, hi = max(spec.start, row0), min(spec.stop, row0 + n)
+        if lo < hi:
+            table = pf.read_row_group(rg).slice(lo - row0, hi - lo)
+            for i, row in enumerate(table.to_pylist()):
+                out.append((lo + i + 1, row))
+        row0 += n
+        if row0 >= spec.stop:
+            break
+    return out
+
+
+def content_id(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+    """A stable id from the prompt's content, for inputs that carry none."""
+    blob = orjson.dumps({"messages": messages, "tools": tools}, option=orjson.OPT_SORT_KEYS)
+    return "sha256:" + hashlib.sha256(blob).hexdigest()[:32]
+
+
+def _raw_text(raw: bytes | dict[str, Any], limit: int = 65536) -> str:
+    if isinstance(raw, dict):
+        return orjson.dumps(raw, default=str).decode()[:limit]
+    return raw[:limit].decode("utf-8", "replace")
+
+
+def parse_prompt(raw: bytes | dict[str, Any], line: int) -> Prompt | InputReject:
+    """Parse one input line; every problem becomes a reject naming the reason."""
+    if isinstance(raw, dict):
+        obj: Any = raw
+    else:
+        if not raw.strip():
+            return InputReject(line, "empty line", "")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            return InputReject(line, f"not valid UTF-8 at byte {err.start}", _raw_text(raw))
+        try:
+            obj = orjson.loads(text)
+        except orjson.JSONDecodeError as err:
+            return InputReject(line, f"invalid JSON: {err}", text[:65536])
+    if not isinstance(obj, dict):
+        return InputReject(
+            line, f"expected a JSON object, got {type(obj).__name__}", _raw_text(raw)
+        )
+
+    rid = obj.get("id")
+    if rid is not None and not isinstance(rid, (str, int)):
+        return InputReject(line, f"'id' must be a string, got {type(rid).__name__}", _raw_text(raw))
+    rid_str = str(rid) if rid is not None else None
+    if rid_str is not None and not rid_str.strip():
+        return InputReject(line, "'id' is empty", _raw_text(raw))
+
+    def reject(reason: str) -> InputReject:
+        return InputReject(line, reason, _raw_text(raw), rid_str)
+
+    messages = obj.get("messages")
+    if messages is None:
+        return reject("missing 'messages'")
+    if not isinstance(messages, list):
+        return reject(f"'messages' must be a list, got {type(messages).__name__}")
+    if not messages:
+        return reject("'messages' is empty")
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            return reject(f"messages[{i}] must be an object, got {type(msg).__name__}")
+        role = msg.get("role")
+        if role not in ROLES:
+            return reject(
+                f"messages[{i}] has unknown role {role!r} (expected one of {sorted(ROLES)})"
+            )
+        content = msg.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            return reject(f"messages[{i}].content must be a string or a list of parts")
+    tools = obj.get("tools")
+    if tools is not None and (
+        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
+    ):
+        return reject("'tools' must be a list of objects")
+    if messages[-1].get("role") == "assistant":
+        messages = messages[:-1]  # the reply we regenerate
+    if not messages:
+        return reject("no messages left after dropping the trailing assistant message")
+    return Prompt(rid_str or content_id(messages, tools or None), line, messages, tools or None)

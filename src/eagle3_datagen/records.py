@@ -1,0 +1,90 @@
+"""The dataset's row types and their Arrow schemas (the stable output contract).
+
+Training input is ``prompt_ids + output_ids`` with loss on ``output_ids``; ids are int32 lists
+exactly as rendered (prompt) and as returned by the server (output), never re-encoded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("partition", pa.string(), nullable=False),
+        pa.field("prompt_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("output_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("finish_reason", pa.string(), nullable=False),  # stop | length
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("completion_tokens", pa.int32(), nullable=False),
+        pa.field("truncated", pa.bool_(), nullable=False),
+        pa.field("think_end_index", pa.int32(), nullable=False),  # -1: no </think>
+        pa.field("cached_tokens", pa.int32(), nullable=False),
+        pa.field("e2e_latency", pa.float64()),
+        pa.field("source_line", pa.int64(), nullable=False),
+        pa.field("rid", pa.string(), nullable=False),
+    ]
+)
+
+REJECT_SCHEMA = pa.schema(
+    [
+        pa.field("partition", pa.string(), nullable=False),
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("source_line", pa.int64(), nullable=False),
+        pa.field("id", pa.string()),
+        pa.field("stage", pa.string(), nullable=False),  # input | template | server | validation
+        pa.field("reason_code", pa.string(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("raw", pa.string()),  # the input line, for input rejects
+        pa.field("prompt_ids", pa.list_(pa.int32())),
+        pa.field("output_ids", pa.list_(pa.int32())),
+        pa.field("finish_reason", pa.string()),
+    ]
+)
+
+
+@dataclass(slots=True)
+class Record:
+    id: str
+    partition: str
+    prompt_ids: list[int]
+    output_ids: list[int]
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    truncated: bool
+    think_end_index: int
+    cached_tokens: int
+    e2e_latency: float | None
+    source_line: int
+    rid: str
+
+
+@dataclass(slots=True)
+class Reject:
+    partition: str
+    source_file: str
+    source_line: int
+    id: str | None
+    stage: str
+    reason_code: str
+    reason: str
+    raw: str | None = None
+    prompt_ids: list[int] | None = None
+    output_ids: list[int] | None = None
+    finish_reason: str | None = None
+
+
+def _columns(rows: list[Record] | list[Reject], schema: pa.Schema) -> pa.Table:
+    cols = {name: [getattr(r, name) for r in rows] for name in schema.names}
+    return pa.Table.from_pydict(cols, schema=schema)
+
+
+def records_table(rows: list[Record]) -> pa.Table:
+    return _columns(rows, RECORD_SCHEMA)
+
+
+def rejects_table(rows: list[Reject]) -> pa.Table:
+    return _columns(rows, REJECT_SCHEMA)

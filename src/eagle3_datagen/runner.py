@@ -1,0 +1,326 @@
+"""Processing one batch of one partition: parse, render, generate, validate, write.
+
+This is the pipeline's logic with no Prefect in it; a Prefect task wraps :meth:`run_batch`.
+Batches of a partition run concurrently and share one client and one semaphore sized by the
+tier's concurrency, so the server's slots stay full across batch boundaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from eagle3_datagen.chat_tokenizer import ChatTokenizer, RenderError
+from eagle3_datagen.config import PipelineConfig, Tier
+from eagle3_datagen.errors import RejectedRequestError, RetryableRequestError
+from eagle3_datagen.output import BatchSummary, PartitionOutput
+from eagle3_datagen.prompts import (
+    BatchSpec,
+    InputReject,
+    Prompt,
+    parse_prompt,
+    read_batch,
+)
+from eagle3_datagen.records import Record, Reject
+from eagle3_datagen.sglang.client import GenerateResult, SGLangClient
+from eagle3_datagen.validate import TokenIds, validate_output
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(slots=True)
+class Progress:
+    """Live counters of a partition, read by the progress reporter."""
+
+    total_lines: int = 0
+    done: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    errors: int = 0  # retried request failures
+    output_tokens: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def line(self) -> str:
+        """The seed's log line: ``done/total (err) req/s avg_comp tok/s ETA``."""
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        rate = self.done / elapsed
+        avg = self.output_tokens / self.done if self.done else 0.0
+        remaining = max(self.total_lines - self.done, 0)
+        eta = remaining / rate if rate > 0 else float("inf")
+        eta_s = (
+            f"{eta / 3600:.1f}h"
+            if eta >= 3600
+            else f"{eta / 60:.1f}m"
+            if eta != float("inf")
+            else "?"
+        )
+        return (
+            f"{self.done}/{self.total_lines or '?'} ({self.errors} err) {rate:.1f} req/s "
+            f"avg_comp={avg:.0f}tok {self.output_tokens / elapsed:.0f} tok/s ETA={eta_s}"
+        )
+
+
+class BatchFailed(Exception):
+    """A batch could not finish; the message names partition, batch and cause."""
+
+
+class PartitionRunner:
+    """Shared state of one partition's run: tokenizer, client, limits, output directory."""
+
+    def __init__(
+        self,
+        *,
+        config: PipelineConfig,
+        partition: str,
+        tokenizer: ChatTokenizer,
+        ids: TokenIds,
+        client: SGLangClient,
+        output: PartitionOutput,
+        context_length: int | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.partition = config.partition(partition)
+        self.tier: Tier = config.tier(self.partition.tier)
+        self.tokenizer = tokenizer
+        self.ids = ids
+        self.client = client
+        self.output = output
+        self.context_length = context_length
+        self.metadata = metadata or {}
+        self.semaphore = asyncio.Semaphore(self.tier.concurrency)
+        self.sampling = config.sampling.to_sglang(self.tier.max_tokens, list(ids.stop_ids))
+        self.progress = Progress()
+
+    async def run_batch(self, spec: BatchSpec) -> BatchSummary:
+        """Process one batch end to end, or return its summary if it was committed before."""
+        done = self.output.committed(spec.index)
+        if done is not None:
+            self.progress.done += done.lines
+            return done
+        t0 = time.monotonic()
+        summary = BatchSummary(spec.partition, spec.index, spec.first_line, spec.count)
+        records: list[Record] = []
+        rejects: list[Reject] = []
+
+        prompts: list[Prompt] = []
+        for line, raw in read_batch(spec):
+            parsed = parse_prompt(raw, line)
+            if isinstance(parsed, InputReject):
+                rejects.append(self._input_reject(parsed))
+            else:
+                prompts.append(parsed)
+        rendered = self.tokenizer.render(prompts) if prompts else []
+
+        jobs: list[tuple[Prompt, list[int]]] = []
+        for prompt, ids in zip(prompts, rendered, strict=True):
+            if isinstance(ids, RenderError):
+                rejects.append(self._reject(prompt, "template", "template_error", ids.reason))
+                continue
+            too_long = self._too_long(len(ids))
+            if too_long:
+                rejects.append(self._reject(prompt, "input", "prompt_too_long", too_long, ids))
+                continue
+            jobs.append((prompt, ids))
+
+        self.progress.done += spec.count - len(jobs)
+        results = await self._generate_all(jobs)
+        for (prompt, prompt_ids), (result, error) in zip(jobs, results, strict=True):
+            summary.requests_sent += 1
+            if error is not None:
+                rejects.append(self._reject(prompt, "server", "server_rejected", error, prompt_ids))
+                continue
+            assert result is not None
+            verdict = validate_output(
+                prompt_ids,
+                result.output_ids,
+                finish_type=result.finish_type,
+                finish_matched=result.finish_matched,
+                prompt_tokens=result.prompt_tokens,
+                completion_tokens=result.completion_tokens,
+                ids=self.ids,
+                policy=self.config.validation,
+            )
+            if not verdict.accepted:
+                rejects.append(
+                    Reject(
+                        partition=spec.partition,
+                        source_file=spec.path,
+                        source_line=prompt.line,
+                        id=prompt.id,
+                        stage="validation",
+                        reason_code=verdict.reasons[0][0],
+                        reason=verdict.reason_text,
+                        prompt_ids=prompt_ids,
+                        output_ids=result.output_ids,
+                        finish_reason=result.finish_type,
+                    )
+                )
+                continue
+            records.append(
+                Record(
+                    id=prompt.id,
+                    partition=spec.partition,
+                    prompt_ids=prompt_ids,
+                    output_ids=result.output_ids,
+                    finish_reason=result.finish_type,
+                    prompt_tokens=len(prompt_ids),
+                    completion_tokens=len(result.output_ids),
+                    truncated=verdict.truncated,
+                    think_end_index=verdict.think_end_index,
+                    cached_tokens=result.cached_tokens,
+                    e2e_latency=result.e2e_latency,
+                    source_line=prompt.line,
+                    rid=result.rid,
+                )
+            )
+            summary.truncated += verdict.truncated
+            summary.prompt_tokens += len(prompt_ids)
+            summary.output_tokens += len(result.output_ids)
+            summary.output_lengths.append(len(result.output_ids))
+            if verdict.think_end_index >= 0:
+                summary.thinking_lengths.append(verdict.think_end_index)
+
+        summary.accepted = len(records)
+        summary.rejected = len(rejects)
+        summary.rejects_by_reason = dict(Counter(r.reason_code for r in rejects))
+        if summary.accepted + summary.rejected != spec.count:
+            raise BatchFailed(
+                f"{spec.label}: {spec.count} input lines but {summary.accepted} accepted + "
+                f"{summary.rejected} rejected; refusing to commit a batch that lost lines"
+            )
+        summary.wall_s = round(time.monotonic() - t0, 3)
+        self.output.write_batch(summary, records, rejects, self.metadata)
+        self.progress.accepted += summary.accepted
+        self.progress.rejected += summary.rejected
+        return summary
+
+    async def _generate_all(
+        self, jobs: list[tuple[Prompt, list[int]]]
+    ) -> list[tuple[GenerateResult | None, str | None]]:
+        """Run the batch's requests; if one fails for good, cancel the rest and fail the batch."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(self._generate(p, ids)) for p, ids in jobs]
+        except BaseExceptionGroup as group:
+            failed = [e for e in group.exceptions if isinstance(e, BatchFailed)]
+            if failed:
+                more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+                raise BatchFailed(f"{failed[0]}{more}") from None
+            raise
+        return [t.result() for t in tasks]
+
+    def _too_long(self, prompt_len: int) -> str | None:
+        ctx = self.context_length
+        if ctx is None:
+            return None
+        if prompt_len >= ctx or prompt_len + self.tier.max_tokens > ctx:
+            return (
+                f"prompt of {prompt_len} tokens + max_tokens {self.tier.max_tokens} does not fit "
+                f"the server's context length of {ctx} tokens"
+            )
+        return None
+
+    async def _generate(
+        self, prompt: Prompt, prompt_ids: list[int]
+    ) -> tuple[GenerateResult | None, str | None]:
+        """Send one request with retries; returns (result, None) or (None, rejection reason).
+
+        Transient failures (transport, 429, 5xx, aborts) are retried with exponential backoff
+        and jitter; a 4xx is the prompt's fault and is returned as a reason, never retried.
+        When retries run out, the batch fails (Prefect retries the batch).
+        """
+        policy = self.config.retries
+        last_error = ""
+        for attempt in range(policy.max_attempts):
+            if attempt:
+                delay = min(policy.backoff_max_s, policy.backoff_initial_s * 2 ** (attempt - 1))
+                await asyncio.sleep(delay * (0.5 + random.random()))
+            rid = f"{self.partition.name}:{prompt.line}:{attempt}"
+            try:
+                async with self.semaphore:
+                    result = await self.client.generate(prompt_ids, self.sampling, rid)
+            except RejectedRequestError as err:
+                self.progress.done += 1
+                return None, str(err)
+            except RetryableRequestError as err:
+                self.progress.errors += 1
+                last_error = str(err)
+                continue
+            if result.finish_type == "abort" and attempt + 1 < policy.max_attempts:
+                self.progress.errors += 1
+                last_error = f"aborted: {result.finish_message}"
+                continue
+            self.progress.done += 1
+            self.progress.output_tokens += len(result.output_ids)
+            return result, None
+        raise BatchFailed(
+            f"partition {self.partition.name}, line {prompt.line}: request failed after "
+            f"{policy.max_attempts} attempts: {last_error}"
+        )
+
+    def _input_reject(self, rej: InputReject) -> Reject:
+        return Reject(
+            partition=self.partition.name,
+            source_file=self.partition.input,
+            source_line=rej.line,
+            id=rej.id,
+            stage="input",
+            reason_code="bad_input",
+            reason=f"{self.partition.input}:{rej.line}: {rej.reason}",
+            raw=rej.raw,
+        )
+
+    def _reject(
+        self,
+        prompt: Prompt,
+        stage: str,
+        code: str,
+        reason: str,
+        prompt_ids: list[int] | None = None,
+    ) -> Reject:
+        return Reject(
+            partition=self.partition.name,
+            source_file=self.partition.input,
+            source_line=prompt.line,
+            id=prompt.id,
+            stage=stage,
+            reason_code=code,
+            reason=reason,
+            prompt_ids=prompt_ids,
+        )
+
+
+async def run_windowed(
+    items: Iterator[T], fn: Callable[[T], Awaitable[R]], window: int
+) -> list[R | BaseException]:
+    """Await ``fn(item)`` for every item with at most ``window`` running at once.
+
+    Items are pulled lazily (the input is never materialised); a failure does not stop the
+    others, and results come back in input order, exceptions in place of failed results.
+    """
+    results: dict[int, R | BaseException] = {}
+    running: set[asyncio.Task[None]] = set()
+
+    async def one(i: int, item: T) -> None:
+        try:
+            results[i] = await fn(item)
+        except Exception as err:
+            results[i] = err
+
+    for i, item in enumerate(items):
+        if len(running) >= window:
+            _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+        running.add(asyncio.create_task(one(i, item)))
+    if running:
+        await asyncio.wait(running)
+    return [results[i] for i in range(len(results))]

@@ -1,0 +1,1 @@
+"""Talking to SGLang: the HTTP client, the server launcher and the pre-flight checks."""

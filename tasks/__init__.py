@@ -1,0 +1,1 @@
+"""Prefect tasks: thin wrappers that give library steps retries, names and UI visibility."""

@@ -1,0 +1,23 @@
+"""The unit of work the dashboard shows: one batch of one partition."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from eagle3_datagen.output import BatchSummary
+from eagle3_datagen.prompts import BatchSpec
+from eagle3_datagen.runner import PartitionRunner
+
+
+@task(
+    name="generate",
+    task_run_name="generate[{spec.partition}/{spec.index:04d}]",
+    retries=2,
+    retry_delay_seconds=[10, 60],
+    cache_policy=NO_CACHE,  # results live in Parquet; the batch marker is the cache
+    persist_result=False,
+)
+async def generate_batch(runner: PartitionRunner, spec: BatchSpec) -> BatchSummary:
+    """Parse, render, generate, validate and write one batch (skipped if already committed)."""
+    return await runner.run_batch(spec)
