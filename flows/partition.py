@@ -83,7 +83,9 @@ async def generate_partition(
             metadata=parquet_metadata,
         )
         runner.progress.total_lines = sum(b.count for b in batches)
-        reporter = asyncio.create_task(_report_progress(partition, runner.progress, PROGRESS_EVERY_S))
+        reporter = asyncio.create_task(
+            _report_progress(partition, runner.progress, PROGRESS_EVERY_S)
+        )
         try:
             results = await run_windowed(
                 iter(batches), lambda spec: generate_batch(runner, spec), window

@@ -26,7 +26,9 @@ def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]
     """on_cancellation/on_crashed: may run in another process, so kill by the pidfile."""
     params = flow_run.parameters or {}
     cfg = params.get("config")
-    output_dir = cfg.get("output_dir") if isinstance(cfg, dict) else getattr(cfg, "output_dir", None)
+    output_dir = (
+        cfg.get("output_dir") if isinstance(cfg, dict) else getattr(cfg, "output_dir", None)
+    )
     if output_dir:
         kill_recorded(server_state_dir(output_dir), str(flow_run.id))
 

@@ -21,6 +21,8 @@ def _prefect_env() -> None:
     # Telemetry writes race the embedded SQLite database ("database is locked").
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "eagle3_datagen")
+    # The embedded backend migrates a new SQLite database on first start: ~20 s on 2 cores.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 
 def _one_line(text: str) -> str:
@@ -36,17 +38,20 @@ def run_pipeline(
 ) -> tuple[bool, dict[str, Any] | str]:
     """Run the parent flow in this process; return (completed, manifest or one-line reason)."""
     _prefect_env()
+    from prefect.states import State
+
     from flows.pipeline import datagen
 
-    state = asyncio.run(
-        datagen(  # type: ignore[call-overload]
+    async def _run() -> State[dict[str, Any]]:
+        return await datagen(
             config=config,
             partitions=partitions or None,
             server_url=server_url,
             overwrite=overwrite,
             return_state=True,
         )
-    )
+
+    state = asyncio.run(_run())
     if state.is_completed():
         return True, asyncio.run(state.aresult())
     return False, _one_line(state.message or state.type.value)

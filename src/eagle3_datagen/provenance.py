@@ -77,7 +77,9 @@ def build_fingerprint(
 def parquet_metadata(fingerprint: dict[str, Any]) -> dict[str, str]:
     """Key-value metadata for every Parquet shard (the fingerprint travels with the data)."""
     return {
-        "eagle3_datagen.fingerprint": orjson.dumps(fingerprint, option=orjson.OPT_SORT_KEYS).decode(),
+        "eagle3_datagen.fingerprint": orjson.dumps(
+            fingerprint, option=orjson.OPT_SORT_KEYS
+        ).decode(),
         "eagle3_datagen.content_sha256": fingerprint["content_sha256"],
     }
 

@@ -1,0 +1,253 @@
+"""Token-level validation of one generation: is it well-formed training data?
+
+No other EAGLE-3 data tool checks tokens (they check text, or nothing). These rules catch what
+silently poisons a drafter: a reasoning block that never closed, a turn that never ended, a role
+token leaking into the output, a tool call cut in half, an aborted request stored as data.
+
+Inputs are plain ids and counts, so the same rules run live in the pipeline and offline on a
+finished dataset (``eagle3-datagen validate``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from eagle3_datagen.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.config import SpecialTokens, ValidationPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class ToolIds:
+    section_begin: int
+    section_end: int
+    call_begin: int
+    argument_begin: int
+    call_end: int
+
+    @property
+    def all(self) -> frozenset[int]:
+        return frozenset(
+            {self.section_begin, self.section_end, self.call_begin, self.argument_begin,
+             self.call_end}
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class TokenIds:
+    """The special tokens of the config, resolved to ids through the run's tokenizer."""
+
+    think_start: int
+    think_end: int
+    end_of_turn: int
+    stop_ids: tuple[int, ...]
+    role_ids: frozenset[int]
+    tools: ToolIds | None
+    thinking: str  # "prompt" | "output" | "none"
+
+    @classmethod
+    def resolve(cls, tokenizer: ChatTokenizer, spec: SpecialTokens) -> TokenIds:
+        """Resolve every configured token string; raises TokenizerError if one is not one token."""
+        tid = tokenizer.token_id
+        eot = tid(spec.end_of_turn)
+        stops = tuple(dict.fromkeys([eot, *(tid(s) for s in spec.extra_stop)]))
+        tools = None
+        if spec.tool_calls is not None:
+            t = spec.tool_calls
+            tools = ToolIds(tid(t.section_begin), tid(t.section_end), tid(t.call_begin),
+                            tid(t.argument_begin), tid(t.call_end))  # fmt: skip
+        return cls(
+            think_start=tid(spec.think_start),
+            think_end=tid(spec.think_end),
+            end_of_turn=eot,
+            stop_ids=stops,
+            role_ids=frozenset(tid(s) for s in spec.role_tokens),
+            tools=tools,
+            thinking=spec.thinking,
+        )
+
+
+@dataclass(slots=True)
+class Verdict:
+    """The outcome for one record: accepted, or the reasons (code, detail) it was not."""
+
+    reasons: list[tuple[str, str]] = field(default_factory=list)
+    truncated: bool = False
+    think_end_index: int = -1  # position of </think> in output_ids, -1 when absent
+
+    @property
+    def accepted(self) -> bool:
+        return not self.reasons
+
+    def fail(self, code: str, detail: str) -> None:
+        self.reasons.append((code, detail))
+
+    @property
+    def reason_text(self) -> str:
+        return "; ".join(f"{c}: {d}" for c, d in self.reasons)
+
+
+def validate_output(
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    *,
+    finish_type: str,
+    finish_matched: int | str | None,
+    prompt_tokens: int,
+    completion_tokens: int,
+    ids: TokenIds,
+    policy: ValidationPolicy,
+) -> Verdict:
+    """Apply every rule; all failures are reported, not just the first."""
+    v = Verdict(truncated=finish_type == "length")
+    n = len(output_ids)
+    if finish_type == "abort":
+        v.fail("aborted", "the server aborted the request")
+        return v
+    if finish_type not in ("stop", "length"):
+        v.fail("bad_finish_reason", f"unknown finish_reason type {finish_type!r}")
+        return v
+    if n == 0:
+        v.fail("empty_output", "the server returned no output tokens")
+        return v
+    if prompt_tokens != len(prompt_ids):
+        v.fail(
+            "prompt_token_mismatch",
+            f"server counted {prompt_tokens} prompt tokens, we sent {len(prompt_ids)}",
+        )
+    if completion_tokens != n:
+        v.fail(
+            "completion_token_mismatch",
+            f"completion_tokens={completion_tokens} but {n} output ids",
+        )
+
+    last = output_ids[-1]
+    if finish_type == "stop":
+        if isinstance(finish_matched, int) and finish_matched != last:
+            v.fail(
+                "stop_mismatch",
+                f"matched stop {finish_matched} is not the last id {last}",
+            )
+        if last != ids.end_of_turn:
+            v.fail("no_end_of_turn", f"finished on {finish_matched!r}, last id {last}, "
+                   f"not the end-of-turn token {ids.end_of_turn}")  # fmt: skip
+    body = output_ids[:-1] if last == ids.end_of_turn else output_ids
+    if ids.end_of_turn in body:
+        v.fail(
+            "end_of_turn_inside",
+            f"end-of-turn token at position {list(body).index(ids.end_of_turn)}",
+        )
+    roles = [i for i, t in enumerate(output_ids) if t in ids.role_ids]
+    if roles:
+        v.fail(
+            "role_token_in_output",
+            f"role/turn token {output_ids[roles[0]]} at position {roles[0]}",
+        )
+
+    answer_start = _check_thinking(prompt_ids, output_ids, ids, v)
+    if ids.tools is not None:
+        _check_tool_calls(output_ids, answer_start, ids.tools, v)
+    if (
+        policy.require_answer
+        and not v.truncated
+        and answer_start is not None
+        and answer_start >= len(body)
+    ):
+        v.fail("empty_answer", "nothing after the reasoning block")
+    if v.truncated and policy.truncation == "reject":
+        v.fail("truncated", f"hit max_new_tokens after {n} tokens")
+    return v
+
+
+def _check_thinking(
+    prompt_ids: Sequence[int], output_ids: Sequence[int], ids: TokenIds, v: Verdict
+) -> int | None:
+    """Check the reasoning block; return where the answer starts (None: still reasoning)."""
+    starts = [i for i, t in enumerate(output_ids) if t == ids.think_start]
+    ends = [i for i, t in enumerate(output_ids) if t == ids.think_end]
+    if ends:
+        v.think_end_index = ends[0]
+    mode = ids.thinking
+    if mode == "none":
+        if starts or ends:
+            v.fail(
+                "unexpected_think_token",
+                "think tokens in the output of a non-thinking model",
+            )
+        return 0
+    if mode == "prompt":
+        if list(prompt_ids[-2:]) == [ids.think_start, ids.think_end]:
+            # Thinking switched off by the template (e.g. thinking=False): answer only.
+            if starts or ends:
+                v.fail("unexpected_think_token", "think tokens in output with thinking off")
+            return 0
+        if not prompt_ids or prompt_ids[-1] != ids.think_start:
+            v.fail(
+                "prompt_not_thinking",
+                "the prompt does not end with the think-start token",
+            )
+            return 0
+        if starts:
+            v.fail("think_start_in_output", f"think-start token at position {starts[0]}")
+    else:  # "output": the model opens the block itself, as its first token
+        if not output_ids or output_ids[0] != ids.think_start:
+            v.fail("no_think_start", "the output does not begin with the think-start token")
+        if len(starts) > 1:
+            v.fail(
+                "think_start_in_output",
+                f"think-start token again at position {starts[1]}",
+            )
+    if len(ends) > 1:
+        v.fail("think_end_count", f"{len(ends)} think-end tokens (expected exactly one)")
+    if not ends:
+        if not v.truncated:
+            v.fail(
+                "think_end_count",
+                "no think-end token: the reasoning block never closed",
+            )
+        return None
+    return ends[0] + 1
+
+
+def _check_tool_calls(
+    output_ids: Sequence[int], answer_start: int | None, t: ToolIds, v: Verdict
+) -> None:
+    """Sections are balanced; each call is begin, argument-begin, end; several calls allowed."""
+    tool_ids = t.all
+    positions = [i for i, tok in enumerate(output_ids) if tok in tool_ids]
+    if not positions:
+        return
+    if answer_start is None or positions[0] < answer_start:
+        v.fail("tool_call_in_reasoning", f"tool-call token at position {positions[0]} "
+               "before the reasoning block closed")  # fmt: skip
+        return
+    # states: 0 outside, 1 in section, 2 in call name, 3 in arguments
+    state, calls = 0, 0
+    expected = {
+        0: {t.section_begin: 1},
+        1: {t.call_begin: 2, t.section_end: 0},
+        2: {t.argument_begin: 3},
+        3: {t.call_end: 1},
+    }
+    for i in positions:
+        tok = output_ids[i]
+        nxt = expected[state].get(tok)
+        if nxt is None:
+            v.fail(
+                "malformed_tool_call",
+                f"unexpected tool-call token {tok} at position {i}",
+            )
+            return
+        if state == 1 and tok == t.section_end and calls == 0:
+            v.fail("malformed_tool_call", f"empty tool-call section closed at position {i}")
+            return
+        if tok == t.call_end:
+            calls += 1
+        if tok == t.section_begin:
+            calls = 0
+        state = nxt
+    if state != 0 and not v.truncated:
+        v.fail(
+            "malformed_tool_call",
+            "tool-call section not closed before the end of the turn",
+        )

@@ -1,0 +1,106 @@
+"""The whole pipeline on Prefect's real local backend with the emulator as a real process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
+import pytest
+
+from eagle3_datagen.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.cli import run_pipeline
+from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.demo import demo_config
+
+pytestmark = pytest.mark.usefixtures("prefect_backend")
+
+
+def read_ledger(path: Path) -> dict[str, dict[str, Any]]:
+    entries = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    return {e["rid"]: e for e in entries}
+
+
+def input_lines(path: str) -> dict[int, dict[str, Any] | None]:
+    out: dict[int, dict[str, Any] | None] = {}
+    for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        try:
+            out[n] = json.loads(line)
+        except json.JSONDecodeError:
+            out[n] = None
+    return out
+
+
+def test_demo_dataset_holds_exact_tokens(tmp_path: Path, chat_tokenizer: ChatTokenizer) -> None:
+    config = demo_config(tmp_path / "out")
+    ok, manifest = run_pipeline(config)
+    assert ok, manifest
+    assert isinstance(manifest, dict)
+    ledger = read_ledger(Path(config.output_dir) / "emulator-ledger.jsonl")
+    tok = chat_tokenizer.tok
+
+    for part in config.partitions:
+        lines = input_lines(part.input)
+        pdir = Path(config.output_dir) / part.name
+        table = pq.read_table(sorted(pdir.glob("part-*.parquet")))
+        rows = table.to_pylist()
+        assert rows, f"no records for {part.name}"
+        rejects_files = sorted((pdir / "rejects").glob("*.parquet"))
+        rejects = pq.read_table(rejects_files).to_pylist() if rejects_files else []
+        # Nothing dropped silently: every input line is accepted or rejected, once.
+        seen = sorted([r["source_line"] for r in rows] + [r["source_line"] for r in rejects])
+        assert seen == sorted(lines)
+
+        for row in rows:
+            src = lines[row["source_line"]]
+            assert src is not None
+            messages = src["messages"]
+            if messages[-1]["role"] == "assistant":
+                messages = messages[:-1]
+            expected_prompt = tok.apply_chat_template(
+                messages, tools=src.get("tools"), add_generation_prompt=True, tokenize=True,
+                return_dict=False,
+            )  # fmt: skip
+            assert row["prompt_ids"] == list(expected_prompt)
+            assert row["output_ids"] == ledger[row["rid"]]["output_ids"]
+            assert row["completion_tokens"] == len(row["output_ids"])
+            assert row["partition"] == part.name
+            assert row["finish_reason"] in ("stop", "length")
+        summary = manifest["partitions"][part.name]
+        assert summary["accepted"] == len(rows)
+        assert summary["rejected"] == len(rejects)
+
+    short_rejects = pq.read_table(
+        sorted((Path(config.output_dir) / "demo_short" / "rejects").glob("*.parquet"))
+    ).to_pylist()
+    by_id = {r["id"]: r for r in short_rejects if r["stage"] == "input"}
+    short_file = config.partition("demo_short").input
+    assert "invalid JSON" in next(r for r in short_rejects if r["source_line"] == 11)["reason"]
+    assert by_id["bad-no-messages"]["reason"].startswith(f"{short_file}:26: missing 'messages'")
+    assert "unknown role 'wizard'" in by_id["bad-role"]["reason"]
+    assert by_id["bad-role"]["source_line"] == 41
+
+    written = json.loads((Path(config.output_dir) / "manifest.json").read_text())
+    assert written["status"] == "completed"
+    fp = written["fingerprint"]
+    assert (
+        fp["content"]["chat_template_sha256"]
+        == chat_tokenizer.fingerprint()["chat_template_sha256"]
+    )
+    assert fp["run"]["server_args"]["reasoning_parser"] is None
+
+
+def test_a_failed_partition_fails_the_run_and_the_other_still_finishes(tmp_path: Path) -> None:
+    base = demo_config(tmp_path / "out")
+    data = base.model_dump()
+    data["partitions"][1]["input"] = str(tmp_path / "missing.jsonl")
+    config = PipelineConfig.model_validate(data)
+    ok, reason = run_pipeline(config)
+    assert not ok
+    assert "demo_long" in str(reason) and "missing.jsonl" in str(reason)
+    assert list((Path(config.output_dir) / "demo_short").glob("part-*.parquet"))
+    manifest = json.loads((Path(config.output_dir) / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["partitions"]["demo_short"]["accepted"] > 0

@@ -1,0 +1,70 @@
+import pytest
+
+from eagle3_datagen.chat_tokenizer import ChatTokenizer, RenderError
+from eagle3_datagen.errors import TokenizerError
+from eagle3_datagen.prompts import Prompt
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+]
+
+
+def prompts() -> list[Prompt]:
+    return [
+        Prompt("a", 1, [{"role": "user", "content": "What is 1+1?"}], None),
+        Prompt(
+            "b",
+            2,
+            [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"}],
+            TOOLS,
+        ),
+        Prompt("c", 3, [{"role": "user", "content": [{"type": "text", "text": "parts"}]}], None),
+        Prompt("d", 4, [{"role": "user", "content": "literal <|im_end|> in user text"}], None),
+    ]
+
+
+def test_render_equals_apply_chat_template(chat_tokenizer: ChatTokenizer) -> None:
+    tok = chat_tokenizer.tok
+    for prompt, ids in zip(prompts(), chat_tokenizer.render(prompts()), strict=True):
+        expected = tok.apply_chat_template(
+            prompt.messages, tools=prompt.tools, add_generation_prompt=True, tokenize=True,
+            return_dict=False,
+        )  # fmt: skip
+        assert ids == list(expected)
+
+
+def test_generation_prompt_ends_in_think_and_tools_are_declared(
+    chat_tokenizer: ChatTokenizer,
+) -> None:
+    a, b, *_ = chat_tokenizer.render(prompts())
+    assert isinstance(a, list) and isinstance(b, list)
+    assert a[-1] == chat_tokenizer.token_id("<think>")
+    assert "<|im_system|>tool_declare<|im_middle|>" in chat_tokenizer.decode(b)
+
+
+def test_thinking_off_via_chat_template_kwargs(tokenizer_dir: object) -> None:
+    tok = ChatTokenizer(str(tokenizer_dir), chat_template_kwargs={"thinking": False})
+    (ids,) = tok.render(prompts()[:1])
+    assert isinstance(ids, list)
+    assert ids[-2:] == [tok.token_id("<think>"), tok.token_id("</think>")]
+
+
+def test_template_failure_is_per_prompt(chat_tokenizer: ChatTokenizer) -> None:
+    bad = Prompt("x", 9, [{"role": "critic", "content": "x"}], None)
+    out = chat_tokenizer.render([prompts()[0], bad])
+    assert isinstance(out[0], list)
+    assert isinstance(out[1], RenderError) and "unknown role" in out[1].reason
+
+
+def test_special_token_must_be_one_token(chat_tokenizer: ChatTokenizer) -> None:
+    assert chat_tokenizer.token_id("</think>") == chat_tokenizer.tok.convert_tokens_to_ids(
+        "</think>"
+    )
+    with pytest.raises(TokenizerError, match="not a single token"):
+        chat_tokenizer.token_id("<thinking>")
+
+
+def test_fingerprint_is_stable(chat_tokenizer: ChatTokenizer) -> None:
+    fp = chat_tokenizer.fingerprint()
+    assert fp == chat_tokenizer.fingerprint()
+    assert len(fp["chat_template_sha256"]) == 64 and fp["vocab_size"] > 600
