@@ -13,7 +13,7 @@ from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifa
 from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.output import PartitionOutput, summarize
-from eagle3_datagen.prompts import plan_batches
+from eagle3_datagen.prompts import find_duplicate_ids, plan_batches
 from eagle3_datagen.runner import PartitionRunner, Progress, run_windowed
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.launcher import resolve_api_key
@@ -64,6 +64,9 @@ async def generate_partition(
         f"{partition}: {sum(b.count for b in batches)} lines in {len(batches)} batches, "
         f"tier {tier.name} (concurrency {tier.concurrency}, max_tokens {tier.max_tokens})"
     )
+    duplicates = find_duplicate_ids(partition, part.input)
+    if duplicates:
+        logger.warning(f"{partition}: {len(duplicates)} lines repeat an earlier id; rejected")
     # Enough batches in flight to keep the tier's slots full across batch boundaries.
     window = max(2, math.ceil(tier.concurrency / config.batch_size) + 1)
     async with SGLangClient(
@@ -81,6 +84,7 @@ async def generate_partition(
             output=output,
             context_length=context_length,
             metadata=parquet_metadata,
+            duplicates=duplicates,
         )
         runner.progress.total_lines = sum(b.count for b in batches)
         reporter = asyncio.create_task(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -33,15 +35,27 @@ def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]
         kill_recorded(server_state_dir(output_dir), str(flow_run.id))
 
 
-def _guard_output(output_dir: str, fingerprint: dict[str, Any], overwrite: bool) -> None:
-    """Refuse to mix this run's data with data made under another fingerprint."""
+def _guard_output(
+    config: PipelineConfig, fingerprint: dict[str, Any], overwrite: bool, logger: Any
+) -> None:
+    """Refuse to mix this run's data with data made under another fingerprint.
+
+    With ``overwrite`` the old data of the configured partitions is deleted instead, so that
+    no batch made under the old fingerprint is mistaken for done.
+    """
+    output_dir = config.output_dir
     old = read_manifest(output_dir)
-    if old is None or overwrite:
+    if old is None:
         return
     old_fp = old.get("fingerprint", {})
     if old_fp.get("content_sha256") == fingerprint["content_sha256"]:
         return
     changes = diff_content(old_fp.get("content", {}), fingerprint["content"])
+    if overwrite:
+        logger.warning(f"--overwrite: deleting data made with other settings ({changes[:3]})")
+        for part in config.partitions:
+            shutil.rmtree(Path(output_dir) / part.name, ignore_errors=True)
+        return
     raise ConfigError(
         f"{output_dir} holds data made with different settings; changed: "
         + "; ".join(changes[:10])
@@ -74,7 +88,7 @@ async def datagen(
 
     async with open_server(config, run_key=run_key, logger=logger, server_url=server_url) as srv:
         fingerprint = build_fingerprint(config, tokenizer, srv.facts.server_args, srv.facts.version)
-        _guard_output(config.output_dir, fingerprint, overwrite)
+        _guard_output(config, fingerprint, overwrite, logger)
         manifest: dict[str, Any] = {"fingerprint": fingerprint, "status": "running",
                                     "partitions": {}}  # fmt: skip
         write_manifest(config.output_dir, manifest)

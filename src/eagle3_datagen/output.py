@@ -6,6 +6,7 @@ Layout (see CONTRACT.md)::
     <output>/<partition>/part-00003.parquet       accepted records of batch 3
     <output>/<partition>/rejects/part-00003.parquet
     <output>/<partition>/_batches/00003.json      commit marker: batch 3 is complete
+    <output>/<partition>/_journal/00004.jsonl     finished requests of uncommitted batch 4
 
 Every file is written to a temporary name and renamed, and a batch's marker is written last, so
 a reader (or a rerun) never sees half a batch: a batch without a marker did not happen.
@@ -126,6 +127,7 @@ class PartitionOutput:
         self.dir = self.root / partition
         self.rejects_dir = self.dir / "rejects"
         self.markers_dir = self.dir / "_batches"
+        self.journal_dir = self.dir / "_journal"
 
     def ensure_dirs(self) -> None:
         for d in (self.dir, self.rejects_dir, self.markers_dir):
@@ -136,6 +138,9 @@ class PartitionOutput:
 
     def rejects_path(self, index: int) -> Path:
         return self.rejects_dir / f"part-{index:05d}.parquet"
+
+    def journal_path(self, index: int) -> Path:
+        return self.journal_dir / f"{index:05d}.jsonl"
 
     def marker_path(self, index: int) -> Path:
         return self.markers_dir / f"{index:05d}.json"

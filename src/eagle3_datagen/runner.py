@@ -19,6 +19,7 @@ from typing import TypeVar
 from eagle3_datagen.chat_tokenizer import ChatTokenizer, RenderError
 from eagle3_datagen.config import PipelineConfig, Tier
 from eagle3_datagen.errors import RejectedRequestError, RetryableRequestError
+from eagle3_datagen.journal import BatchJournal
 from eagle3_datagen.output import BatchSummary, PartitionOutput
 from eagle3_datagen.prompts import (
     BatchSpec,
@@ -87,6 +88,7 @@ class PartitionRunner:
         output: PartitionOutput,
         context_length: int | None = None,
         metadata: dict[str, str] | None = None,
+        duplicates: dict[int, int] | None = None,
     ) -> None:
         self.config = config
         self.partition = config.partition(partition)
@@ -97,6 +99,7 @@ class PartitionRunner:
         self.output = output
         self.context_length = context_length
         self.metadata = metadata or {}
+        self.duplicates = duplicates or {}  # line -> earlier line with the same id
         self.semaphore = asyncio.Semaphore(self.tier.concurrency)
         self.sampling = config.sampling.to_sglang(self.tier.max_tokens, list(ids.stop_ids))
         self.progress = Progress()
@@ -123,6 +126,11 @@ class PartitionRunner:
 
         jobs: list[tuple[Prompt, list[int]]] = []
         for prompt, ids in zip(prompts, rendered, strict=True):
+            first = self.duplicates.get(prompt.line)
+            if first is not None:
+                reason = f"id {prompt.id!r} already used on line {first}"
+                rejects.append(self._reject(prompt, "input", "duplicate_id", reason))
+                continue
             if isinstance(ids, RenderError):
                 rejects.append(self._reject(prompt, "template", "template_error", ids.reason))
                 continue
@@ -132,10 +140,16 @@ class PartitionRunner:
                 continue
             jobs.append((prompt, ids))
 
-        self.progress.done += spec.count - len(jobs)
-        results = await self._generate_all(jobs)
+        journal = BatchJournal(self.output.journal_path(spec.index))
+        journaled = journal.load()
+        resent = sum(1 for p, _ in jobs if p.line not in journaled)
+        self.progress.done += spec.count - resent
+        try:
+            results = await self._generate_all(jobs, journaled, journal)
+        finally:
+            journal.close()
+        summary.requests_sent = resent
         for (prompt, prompt_ids), (result, error) in zip(jobs, results, strict=True):
-            summary.requests_sent += 1
             if error is not None:
                 rejects.append(self._reject(prompt, "server", "server_rejected", error, prompt_ids))
                 continue
@@ -200,17 +214,34 @@ class PartitionRunner:
             )
         summary.wall_s = round(time.monotonic() - t0, 3)
         self.output.write_batch(summary, records, rejects, self.metadata)
+        journal.remove()  # committed: the marker now stands for these results
         self.progress.accepted += summary.accepted
         self.progress.rejected += summary.rejected
         return summary
 
     async def _generate_all(
-        self, jobs: list[tuple[Prompt, list[int]]]
+        self,
+        jobs: list[tuple[Prompt, list[int]]],
+        journaled: dict[int, GenerateResult],
+        journal: BatchJournal,
     ) -> list[tuple[GenerateResult | None, str | None]]:
-        """Run the batch's requests; if one fails for good, cancel the rest and fail the batch."""
+        """Run the batch's requests not already journaled; journal each result as it arrives.
+
+        If one request fails for good, the others are cancelled and the batch fails; what
+        finished stays in the journal for the retry.
+        """
+
+        async def one(prompt: Prompt, ids: list[int]) -> tuple[GenerateResult | None, str | None]:
+            if prompt.line in journaled:
+                return journaled[prompt.line], None
+            result, error = await self._generate(prompt, ids)
+            if result is not None:
+                journal.append(prompt.line, result)
+            return result, error
+
         try:
             async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(self._generate(p, ids)) for p, ids in jobs]
+                tasks = [tg.create_task(one(p, ids)) for p, ids in jobs]
         except BaseExceptionGroup as group:
             failed = [e for e in group.exceptions if isinstance(e, BatchFailed)]
             if failed:

@@ -48,7 +48,9 @@ async def open_server(
         logger.info(f"attaching to the server at {url}")
         async with SGLangClient(url, api_key=api_key, timeout_s=60.0) as client:
             await wait_until_healthy(client, deadline_s=server.startup_timeout_s, logger=logger)
-            facts = await preflight(client, server=server, model=config.model, logger=logger)
+            facts = await preflight(
+                client, server=server, model=config.model, logger=logger, api_key=api_key
+            )
         yield ServerSession(url, facts, launched=False, display_cmd=None, log_path=None)
         return
 
@@ -67,7 +69,9 @@ async def open_server(
                 client, deadline_s=server.startup_timeout_s, process=process, logger=logger
             )
             logger.info(f"server healthy after {waited:.1f} s")
-            facts = await preflight(client, server=server, model=config.model, logger=logger)
+            facts = await preflight(
+                client, server=server, model=config.model, logger=logger, api_key=api_key
+            )
         yield ServerSession(
             url, facts, launched=True, display_cmd=process.display_cmd,
             log_path=str(Path(process.log_path)),

@@ -81,3 +81,20 @@ def test_trailing_assistant_is_dropped_and_ids_are_stable() -> None:
     assert a.id == b.id and a.id.startswith("sha256:")
     c = parse_prompt(json.dumps({"id": 42, "messages": msgs}).encode(), 3)
     assert isinstance(c, Prompt) and c.id == "42"
+
+
+def test_duplicate_ids_first_occurrence_wins(tmp_path: Path) -> None:
+    msgs = [{"role": "user", "content": "same"}]
+    rows = [
+        {"id": "a", "messages": msgs},
+        {"messages": msgs},  # content id
+        {"id": "b", "messages": msgs},
+        {"id": "a", "messages": [{"role": "user", "content": "other"}]},
+        {"messages": msgs},  # same content id as line 2
+        {"id": "a", "messages": msgs},
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\nnot json\n")
+    from eagle3_datagen.prompts import find_duplicate_ids
+
+    assert find_duplicate_ids("p", path, batch_size=2) == {4: 1, 5: 2, 6: 1}

@@ -1,0 +1,152 @@
+"""Wait for a starting SGLang server to become usable, and say why when it does not.
+
+A 1T-parameter model loads for tens of minutes, so the gate must (a) tell the user what the
+server is doing (the last log line: usually the checkpoint-shard progress bar), and (b) fail
+at once, with the log tail, when the server process dies instead of waiting out the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from eagle3_datagen.errors import ServerStartupError
+from eagle3_datagen.sglang.client import SGLangClient
+from eagle3_datagen.sglang.launcher import ServerProcess, redact_text
+
+READY_PATH = "/health_generate"
+LOG_TAIL_LINES = 50
+_TAIL_BYTES = 256 * 1024
+
+
+class LogSink(Protocol):
+    """The part of ``logging.Logger`` we use; Prefect's run logger (an adapter) fits too."""
+
+    def debug(self, msg: object, *args: object) -> None: ...
+    def info(self, msg: object, *args: object) -> None: ...
+    def warning(self, msg: object, *args: object) -> None: ...
+
+
+_default_log = logging.getLogger(__name__)
+
+
+def log_tail(path: str | Path | None, lines: int = LOG_TAIL_LINES, *, offset: int = 0) -> list[str]:
+    """The last ``lines`` non-empty lines of a log, reading only from byte ``offset`` on.
+
+    Progress bars (tqdm) redraw with ``\\r``, so ``\\r`` splits lines too: the last segment is
+    what a terminal would show.
+    """
+    if path is None:
+        return []
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            start = max(offset, size - _TAIL_BYTES)
+            f.seek(start)
+            data = f.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return [p.rstrip() for p in parts if p.strip()][-lines:]
+
+
+def _redactor(process: ServerProcess | None) -> Callable[[str], str]:
+    return process.redact if process is not None else redact_text
+
+
+def _tail_block(process: ServerProcess | None, log_path: str | Path | None) -> str:
+    offset = process.log_offset if process is not None else 0
+    tail = log_tail(log_path, offset=offset)
+    if not tail:
+        return f"(no server output in {log_path})" if log_path else "(no server log)"
+    redact = _redactor(process)
+    body = "\n".join(f"  | {redact(line)}" for line in tail)
+    return f"last {len(tail)} lines of {log_path}:\n{body}"
+
+
+async def wait_until_healthy(
+    client_or_url: SGLangClient | str,
+    *,
+    deadline_s: float,
+    process: ServerProcess | None = None,
+    log_path: str | Path | None = None,
+    progress_every_s: float = 30.0,
+    poll_interval_s: float = 0.5,
+    api_key: str | None = None,
+    logger: LogSink | None = None,
+) -> float:
+    """Poll ``/health_generate`` until it answers 200; return the seconds waited.
+
+    Connection refused/reset, timeouts and 503 mean "still starting". 401/403 fail at once
+    (a wrong API key never heals). If ``process`` exits, or ``deadline_s`` passes,
+    :class:`ServerStartupError` carries the exit code or elapsed time and the log tail.
+    """
+    log = logger or _default_log
+    if log_path is None and process is not None:
+        log_path = process.log_path
+    own_client = isinstance(client_or_url, str)
+    client = (
+        SGLangClient(client_or_url, api_key=api_key, timeout_s=30.0)
+        if isinstance(client_or_url, str)
+        else client_or_url
+    )
+    start = time.monotonic()
+    next_progress = start + progress_every_s
+    last_status = 0
+    try:
+        while True:
+            elapsed = time.monotonic() - start
+            if process is not None and (code := process.poll()) is not None:
+                raise ServerStartupError(
+                    f"server exited with code {code} after {elapsed:.1f} s during startup; "
+                    f"{_tail_block(process, log_path)}"
+                )
+            remaining = deadline_s - elapsed
+            if remaining <= 0:
+                raise ServerStartupError(
+                    f"server at {client.base_url} not healthy after {elapsed:.0f} s "
+                    f"(deadline {deadline_s:.0f} s, last {READY_PATH} status "
+                    f"{last_status or 'no answer'}); {_tail_block(process, log_path)}"
+                )
+            try:
+                last_status = await client.health_status(
+                    READY_PATH, timeout_s=max(1.0, min(remaining, 30.0))
+                )
+            except Exception as err:
+                log.debug("health poll failed: %r", err)
+                last_status = 0
+            if last_status == 200:
+                elapsed = time.monotonic() - start
+                log.info("server at %s is healthy after %.1f s", client.base_url, elapsed)
+                return elapsed
+            if last_status in (401, 403):
+                raise ServerStartupError(
+                    f"server at {client.base_url} answered HTTP {last_status} on {READY_PATH}: "
+                    "the API key is missing or wrong (server.api_key_env)"
+                )
+            now = time.monotonic()
+            if now >= next_progress:
+                next_progress = now + progress_every_s
+                tail = log_tail(log_path, 1, offset=process.log_offset if process else 0)
+                redact: Callable[[str], str] = (
+                    process.redact if process is not None else redact_text
+                )
+                last_line = redact(tail[-1]) if tail else "(no output yet)"
+                log.info(
+                    "waiting for server at %s: %.0f s elapsed, %s %s; log: %s",
+                    client.base_url,
+                    now - start,
+                    READY_PATH,
+                    last_status or "no answer",
+                    last_line[-300:],
+                )
+            await asyncio.sleep(poll_interval_s)
+    finally:
+        if own_client:
+            await client.aclose()

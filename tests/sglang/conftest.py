@@ -1,0 +1,17 @@
+"""Fixtures for server-lifecycle tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from server_helpers import Cleanup
+
+
+@pytest.fixture
+def cleanup() -> Iterator[Cleanup]:
+    c = Cleanup()
+    try:
+        yield c
+    finally:
+        c.run()
