@@ -15,6 +15,7 @@ from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.output import PartitionOutput, summarize
 from eagle3_datagen.prompts import find_duplicate_ids, plan_batches
 from eagle3_datagen.runner import PartitionRunner, Progress, run_windowed
+from eagle3_datagen.server_session import supervisor_for
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.launcher import resolve_api_key
 from eagle3_datagen.validate import TokenIds
@@ -47,6 +48,7 @@ async def generate_partition(
     server_url: str,
     context_length: int | None = None,
     parquet_metadata: dict[str, str] | None = None,
+    supervisor_key: str | None = None,
 ) -> dict[str, Any]:
     """Generate one partition's records; fails if any batch failed after its retries."""
     logger = get_run_logger()
@@ -85,6 +87,7 @@ async def generate_partition(
             context_length=context_length,
             metadata=parquet_metadata,
             duplicates=duplicates,
+            supervisor=supervisor_for(supervisor_key),
         )
         runner.progress.total_lines = sum(b.count for b in batches)
         reporter = asyncio.create_task(

@@ -100,6 +100,7 @@ async def datagen(
                     server_url=srv.url,
                     context_length=srv.facts.context_length,
                     parquet_metadata=parquet_metadata(fingerprint),
+                    supervisor_key=srv.supervisor_key,
                     return_state=True,
                 )
                 for name in names

@@ -199,6 +199,15 @@ class ServerSpec(_Model):
         gt=0,
         description="Health-gate deadline; a 1T model loads for tens of minutes.",
     )
+    lost_after_failures: int = Field(
+        default=5, ge=1, description="Consecutive connection failures that mean 'server lost'."
+    )
+    max_relaunches: int = Field(
+        default=2, ge=0, description="Launch mode: relaunches of a lost server before giving up."
+    )
+    recovery_check_s: float = Field(
+        default=60.0, gt=0, description="How long a lost server may take to answer again."
+    )
     request_timeout_s: float = Field(
         default=1800.0,
         gt=0,

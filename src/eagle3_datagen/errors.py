@@ -7,6 +7,7 @@ Our exception hierarchy::
     ├── TokenizerError         tokenizer cannot be loaded, or a special token is not one token
     ├── InputFileError         a partition's prompts file is missing or unreadable
     ├── OutputConflictError    the output directory holds data made under another fingerprint
+    ├── DatasetError           a finished dataset cannot be read back (validate, export)
     ├── ServerError            the server is unusable: the run cannot go on
     │   ├── ServerStartupError     died or never became healthy
     │   └── PreflightError         up, but configured against our needs (e.g. reasoning parser)
@@ -38,6 +39,10 @@ class InputFileError(DatagenError):
 
 class OutputConflictError(DatagenError):
     """The output directory already holds data that must not be mixed with this run's."""
+
+
+class DatasetError(DatagenError):
+    """A finished dataset cannot be read back or exported; the message names the file."""
 
 
 class ServerError(DatagenError):

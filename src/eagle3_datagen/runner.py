@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from eagle3_datagen.chat_tokenizer import ChatTokenizer, RenderError
 from eagle3_datagen.config import PipelineConfig, Tier
-from eagle3_datagen.errors import RejectedRequestError, RetryableRequestError
+from eagle3_datagen.errors import RejectedRequestError, RetryableRequestError, ServerError
 from eagle3_datagen.journal import BatchJournal
 from eagle3_datagen.output import BatchSummary, PartitionOutput
 from eagle3_datagen.prompts import (
@@ -30,6 +30,7 @@ from eagle3_datagen.prompts import (
 )
 from eagle3_datagen.records import Record, Reject
 from eagle3_datagen.sglang.client import GenerateResult, SGLangClient
+from eagle3_datagen.sglang.supervisor import ServerSupervisor
 from eagle3_datagen.validate import TokenIds, validate_output
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ class PartitionRunner:
         context_length: int | None = None,
         metadata: dict[str, str] | None = None,
         duplicates: dict[int, int] | None = None,
+        supervisor: ServerSupervisor | None = None,
     ) -> None:
         self.config = config
         self.partition = config.partition(partition)
@@ -100,6 +102,7 @@ class PartitionRunner:
         self.context_length = context_length
         self.metadata = metadata or {}
         self.duplicates = duplicates or {}  # line -> earlier line with the same id
+        self.supervisor = supervisor
         self.semaphore = asyncio.Semaphore(self.tier.concurrency)
         self.sampling = config.sampling.to_sglang(self.tier.max_tokens, list(ids.stop_ids))
         self.progress = Progress()
@@ -279,6 +282,8 @@ class PartitionRunner:
             rid = f"{self.partition.name}:{prompt.line}:{attempt}"
             try:
                 async with self.semaphore:
+                    if self.supervisor is not None:
+                        await self.supervisor.before_request()
                     result = await self.client.generate(prompt_ids, self.sampling, rid)
             except RejectedRequestError as err:
                 self.progress.done += 1
@@ -286,7 +291,15 @@ class PartitionRunner:
             except RetryableRequestError as err:
                 self.progress.errors += 1
                 last_error = str(err)
+                if err.status is None and self.supervisor is not None:
+                    self.supervisor.on_connection_error()
                 continue
+            except ServerError as err:
+                raise BatchFailed(
+                    f"partition {self.partition.name}, line {prompt.line}: {err}"
+                ) from None
+            if self.supervisor is not None:
+                self.supervisor.on_success()
             if result.finish_type == "abort" and attempt + 1 < policy.max_attempts:
                 self.progress.errors += 1
                 last_error = f"aborted: {result.finish_message}"

@@ -1,8 +1,9 @@
-"""One context manager for "a usable server": launch or attach, health gate, pre-flight.
+"""One context manager for "a usable server": launch or attach, health gate, pre-flight, recovery.
 
 Launch mode starts the configured engine (SGLang, or the emulator with the same flags), reaps
 servers orphaned by earlier killed runs, waits for health and stops the server on exit, whatever
-the exit. Attach mode runs the same gate and checks and never stops a server it did not start.
+the exit; if the server is lost mid-run it is relaunched (bounded). Attach mode runs the same
+gate and checks, waits for a lost server to come back, and never stops a server it did not start.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.sglang.client import SGLangClient
@@ -18,6 +18,15 @@ from eagle3_datagen.sglang.health import LogSink, wait_until_healthy
 from eagle3_datagen.sglang.launcher import ServerProcess, resolve_api_key, server_state_dir
 from eagle3_datagen.sglang.orphans import reap_orphans
 from eagle3_datagen.sglang.preflight import ServerFacts, preflight
+from eagle3_datagen.sglang.supervisor import ServerSupervisor
+
+# Partitions run as separate Prefect subflows whose parameters must be JSON, so the live
+# supervisor of a run is found here by the run's key instead (same process, same event loop).
+_SUPERVISORS: dict[str, ServerSupervisor] = {}
+
+
+def supervisor_for(key: str | None) -> ServerSupervisor | None:
+    return _SUPERVISORS.get(key) if key else None
 
 
 @dataclass(slots=True)
@@ -27,6 +36,8 @@ class ServerSession:
     url: str
     facts: ServerFacts
     launched: bool
+    supervisor_key: str
+    supervisor: ServerSupervisor
     display_cmd: str | None
     log_path: str | None
 
@@ -43,36 +54,64 @@ async def open_server(
     server = config.server
     api_key = resolve_api_key(server)
     attach_url = server_url or (server.url if server.mode == "attach" else None)
-    if attach_url:
-        url = attach_url.rstrip("/")
-        logger.info(f"attaching to the server at {url}")
-        async with SGLangClient(url, api_key=api_key, timeout_s=60.0) as client:
-            await wait_until_healthy(client, deadline_s=server.startup_timeout_s, logger=logger)
-            facts = await preflight(
-                client, server=server, model=config.model, logger=logger, api_key=api_key
-            )
-        yield ServerSession(url, facts, launched=False, display_cmd=None, log_path=None)
-        return
+    url = (attach_url or server.base_url).rstrip("/")
+    current: ServerProcess | None = None
 
-    reaped = reap_orphans(server_state_dir(config.output_dir))
-    if reaped:
-        logger.warning(f"stopped {len(reaped)} server(s) left behind by killed runs: {reaped}")
-    process = ServerProcess.for_spec(
-        server, config.model, output_dir=config.output_dir, run_key=run_key, api_key=api_key
-    )
-    async with process:
-        logger.info(f"launched server pid {process.pid}: {process.display_cmd}")
-        logger.info(f"server log: {process.log_path}")
-        url = server.base_url
+    async def gate(deadline_s: float) -> ServerFacts:
         async with SGLangClient(url, api_key=api_key, timeout_s=60.0) as client:
             waited = await wait_until_healthy(
-                client, deadline_s=server.startup_timeout_s, process=process, logger=logger
+                client, deadline_s=deadline_s, process=current, logger=logger
             )
-            logger.info(f"server healthy after {waited:.1f} s")
-            facts = await preflight(
+            logger.info(f"server at {url} healthy after {waited:.1f} s")
+            return await preflight(
                 client, server=server, model=config.model, logger=logger, api_key=api_key
             )
+
+    async def launch() -> ServerFacts:
+        nonlocal current
+        if current is not None:
+            await current.astop()
+        current = ServerProcess.for_spec(
+            server, config.model, output_dir=config.output_dir, run_key=run_key, api_key=api_key
+        )
+        current.start()
+        logger.info(f"launched server pid {current.pid}: {current.display_cmd}")
+        logger.info(f"server log: {current.log_path}")
+        return await gate(server.startup_timeout_s)
+
+    if attach_url:
+        logger.info(f"attaching to the server at {url}")
+        facts = await gate(server.startup_timeout_s)
+        relaunch = None
+    else:
+        reaped = reap_orphans(server_state_dir(config.output_dir))
+        if reaped:
+            logger.warning(f"stopped {len(reaped)} server(s) left behind by killed runs: {reaped}")
+        relaunch = launch
+
+    supervisor = ServerSupervisor(
+        check=gate,
+        relaunch=relaunch,
+        logger=logger,
+        failure_threshold=server.lost_after_failures,
+        max_relaunches=server.max_relaunches,
+        check_deadline_s=server.recovery_check_s,
+    )
+    _SUPERVISORS[run_key] = supervisor
+    try:
+        if not attach_url:
+            facts = await launch()
         yield ServerSession(
-            url, facts, launched=True, display_cmd=process.display_cmd,
-            log_path=str(Path(process.log_path)),
-        )  # fmt: skip
+            url=url,
+            facts=facts,
+            launched=not attach_url,
+            supervisor_key=run_key,
+            supervisor=supervisor,
+            display_cmd=current.display_cmd if current else None,
+            log_path=str(current.log_path) if current else None,
+        )
+    finally:
+        _SUPERVISORS.pop(run_key, None)
+        await supervisor.aclose()
+        if current is not None:
+            await current.astop()

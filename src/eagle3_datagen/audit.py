@@ -1,0 +1,230 @@
+"""Offline validation of a finished dataset (``eagle3-datagen validate``).
+
+A dataset is copied, merged and moved between machines before anyone trains on it; this re-runs
+the live validator on every record with the settings recorded in the manifest, and checks what
+holds the dataset together: every shard carries the manifest's fingerprint, ids are unique per
+partition, and accepted + rejected match the manifest's counts. The summary (truncation rate,
+length percentiles) is computed by the same code that wrote the manifest's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eagle3_datagen.config import ValidationPolicy
+from eagle3_datagen.dataset_dir import DatasetDir, Shard, iter_rows
+from eagle3_datagen.errors import DatasetError
+from eagle3_datagen.output import BatchSummary, summarize
+from eagle3_datagen.validate import TokenIds, Verdict, validate_output
+
+RECORD_COLUMNS = ("id", "partition", "prompt_ids", "output_ids", "finish_reason",
+                  "prompt_tokens", "completion_tokens", "truncated", "think_end_index",
+                  "source_line")  # fmt: skip
+MAX_EXAMPLES = 20  # invalid records listed per partition; all are counted
+
+
+def check_record(
+    row: dict[str, Any], partition: str, ids: TokenIds, policy: ValidationPolicy
+) -> Verdict:
+    """The live rules, plus the stored columns that must agree with them."""
+    v = validate_output(
+        row["prompt_ids"],
+        row["output_ids"],
+        finish_type=row["finish_reason"],
+        finish_matched=None,  # not stored; the last-token rules still apply
+        prompt_tokens=row["prompt_tokens"],
+        completion_tokens=row["completion_tokens"],
+        ids=ids,
+        policy=policy,
+    )
+    if row["partition"] != partition:
+        v.fail("wrong_partition", f"record of partition {row['partition']!r} in {partition!r}")
+    if bool(row["truncated"]) != v.truncated:
+        v.fail("truncated_flag", f"truncated={row['truncated']} with finish_reason "
+               f"{row['finish_reason']!r}")  # fmt: skip
+    if row["think_end_index"] != v.think_end_index:
+        v.fail("think_end_index", f"stored {row['think_end_index']}, "
+               f"the output has it at {v.think_end_index}")  # fmt: skip
+    return v
+
+
+@dataclass(slots=True)
+class PartitionAudit:
+    """One partition re-read: its summary, its invalid records, its dataset problems."""
+
+    partition: str
+    summary: dict[str, Any] = field(default_factory=dict)
+    invalid: int = 0
+    invalid_by_reason: Counter[str] = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.summary, "invalid": self.invalid,
+                "invalid_by_reason": dict(sorted(self.invalid_by_reason.items())),
+                "invalid_examples": self.examples, "problems": self.problems}  # fmt: skip
+
+
+@dataclass(slots=True)
+class AuditReport:
+    root: Path
+    content_sha256: str
+    partitions: list[PartitionAudit] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def records(self) -> int:
+        return sum(int(p.summary.get("accepted", 0)) for p in self.partitions)
+
+    @property
+    def invalid(self) -> int:
+        return sum(p.invalid for p in self.partitions)
+
+    @property
+    def all_problems(self) -> list[str]:
+        return self.problems + [x for p in self.partitions for x in p.problems]
+
+    @property
+    def ok(self) -> bool:
+        return self.invalid == 0 and not self.all_problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dataset": str(self.root), "content_sha256": self.content_sha256,
+                "ok": self.ok, "records": self.records, "invalid": self.invalid,
+                "problems": self.all_problems,
+                "partitions": {p.partition: p.to_dict() for p in self.partitions}}  # fmt: skip
+
+    def lines(self) -> list[str]:
+        """The human summary ``eagle3-datagen validate`` prints."""
+        out = [f"dataset: {self.root} (fingerprint {self.content_sha256[:12]})"]
+        for p in self.partitions:
+            s = p.summary
+            rejects = ", ".join(f"{k}={v}" for k, v in s.get("rejects_by_reason", {}).items())
+            out.append(
+                f"  {p.partition}: {s.get('accepted', 0)} records, {p.invalid} invalid, "
+                f"{s.get('rejected', 0)} rejected" + (f" ({rejects})" if rejects else "")
+            )
+            out.append(
+                f"    truncated {s.get('truncated', 0)} ({100 * s.get('truncation_rate', 0):.1f}%)"
+                f"; output length {_pcts(s.get('output_length', {}))}"
+                f"; thinking length {_pcts(s.get('thinking_length', {}))}"
+            )
+            if p.invalid:
+                by = ", ".join(f"{k}={v}" for k, v in sorted(p.invalid_by_reason.items()))
+                out.append(f"    invalid by reason: {by}")
+                out.extend(f"    - {e}" for e in p.examples)
+        if self.all_problems:
+            out.append("problems:")
+            out.extend(f"  - {x}" for x in self.all_problems)
+        verdict = "OK" if self.ok else "FAILED"
+        out.append(f"{verdict}: {self.records} records, {self.invalid} invalid, "
+                   f"{len(self.all_problems)} problems")  # fmt: skip
+        return out
+
+
+def _pcts(p: dict[str, float]) -> str:
+    if not p:
+        return "-"
+    return (f"p50 {p['p50']:.0f} p90 {p['p90']:.0f} p99 {p['p99']:.0f} "
+            f"mean {p['mean']:.1f} max {p['max']:.0f}")  # fmt: skip
+
+
+def validate_dataset(root: str | Path, tokenizer: str | None = None) -> AuditReport:
+    """Re-validate every record of the dataset at ``root``; ``tokenizer`` overrides the
+    recorded tokenizer path (it must have the same vocabulary and special tokens)."""
+    ds = DatasetDir(root)
+    ids = ds.token_ids(tokenizer)
+    policy = ds.policy
+    report = AuditReport(ds.root, ds.content_sha256)
+    status = ds.manifest.get("status")
+    if status != "completed":
+        report.problems.append(f"{ds.manifest_path}: run status is {status!r}, not 'completed'")
+    for name in ds.partitions():
+        report.partitions.append(_audit_partition(ds, name, ids, policy))
+    return report
+
+
+def _audit_partition(
+    ds: DatasetDir, name: str, ids: TokenIds, policy: ValidationPolicy
+) -> PartitionAudit:
+    audit = PartitionAudit(name)
+    shards, audit.problems = ds.shards(name)
+    seen: set[str] = set()
+    batches: list[BatchSummary] = []
+    for shard in shards:
+        for path in (shard.path, shard.rejects_path):
+            problem = ds.check_fingerprint(path) if path is not None else None
+            if problem:
+                audit.problems.append(problem)
+        try:
+            batches.append(_audit_shard(shard, ids, policy, seen, audit))
+        except DatasetError as err:
+            audit.problems.append(str(err))
+    audit.summary = summarize(name, batches)
+    _check_counts(ds, name, audit)
+    return audit
+
+
+def _audit_shard(
+    shard: Shard, ids: TokenIds, policy: ValidationPolicy, seen: set[str], audit: PartitionAudit
+) -> BatchSummary:
+    """Validate one shard's records; its stats as a BatchSummary (for ``summarize``)."""
+    m = shard.marker
+    b = BatchSummary(shard.partition, shard.index, m.first_line, m.lines,
+                     requests_sent=m.requests_sent, wall_s=m.wall_s)  # fmt: skip
+    for row_no, row in enumerate(iter_rows(shard.path, RECORD_COLUMNS)):
+        v = check_record(row, shard.partition, ids, policy)
+        if row["id"] in seen:
+            v.fail("duplicate_id", f"id {row['id']!r} appears earlier in the partition")
+        seen.add(row["id"])
+        if not v.accepted:
+            audit.invalid += 1
+            audit.invalid_by_reason.update({code for code, _ in v.reasons})
+            if len(audit.examples) < MAX_EXAMPLES:
+                audit.examples.append(f"{shard.path}: row {row_no} (id {row['id']!r}, input line "
+                                      f"{row['source_line']}): {v.reason_text}")  # fmt: skip
+        b.accepted += 1
+        b.truncated += bool(row["truncated"])
+        b.prompt_tokens += len(row["prompt_ids"])
+        b.output_tokens += len(row["output_ids"])
+        b.output_lengths.append(len(row["output_ids"]))
+        if v.think_end_index >= 0:
+            b.thinking_lengths.append(v.think_end_index)
+    if shard.rejects_path is not None:
+        codes = Counter(r["reason_code"] for r in iter_rows(shard.rejects_path, ["reason_code"]))
+        b.rejected = sum(codes.values())
+        b.rejects_by_reason = dict(codes)
+    if (b.accepted, b.rejected) != (m.accepted, m.rejected):
+        audit.problems.append(
+            f"{shard.path}: holds {b.accepted} records and {b.rejected} rejects, its commit "
+            f"marker says {m.accepted} and {m.rejected}"
+        )
+    if m.accepted + m.rejected != m.lines:
+        audit.problems.append(
+            f"{shard.path}: commit marker has {m.accepted} accepted + {m.rejected} rejected "
+            f"for {m.lines} input lines"
+        )
+    return b
+
+
+def _check_counts(ds: DatasetDir, name: str, audit: PartitionAudit) -> None:
+    """Accepted and rejected on disk must be the manifest's (nothing lost, nothing added)."""
+    entry = ds.manifest_entry(name)
+    where = f"{ds.manifest_path}: partition {name!r}"
+    if entry is None:
+        audit.problems.append(f"{where}: data on disk but no entry in the manifest")
+        return
+    if "accepted" not in entry:
+        audit.problems.append(
+            f"{where}: did not complete (status {entry.get('status')!r}: {entry.get('error')})"
+        )
+        return
+    for key in ("accepted", "rejected"):
+        if entry.get(key) != audit.summary[key]:
+            audit.problems.append(
+                f"{where}: manifest says {key}={entry.get(key)}, the files hold "
+                f"{audit.summary[key]}"
+            )

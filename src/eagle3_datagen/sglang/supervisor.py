@@ -1,0 +1,100 @@
+"""Noticing a lost server mid-run, and getting it back: wait for it, or relaunch it.
+
+Why: a 100k-prompt run lasts many hours and servers die (OOM, driver resets, a node reboot).
+Without this, every request in flight burns its retries against a dead port and the run fails.
+With it, after ``failure_threshold`` consecutive connection failures all requests pause, the
+health gate runs again, and in launch mode the server is relaunched (at most
+``max_relaunches`` times); then the requests carry on where they stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from eagle3_datagen.errors import ServerError
+from eagle3_datagen.sglang.health import LogSink
+
+
+class ServerSupervisor:
+    """Shared by every partition of a run that talks to one server."""
+
+    def __init__(
+        self,
+        *,
+        check: Callable[[float], Awaitable[object]],
+        relaunch: Callable[[], Awaitable[object]] | None,
+        logger: LogSink,
+        failure_threshold: int = 5,
+        max_relaunches: int = 2,
+        check_deadline_s: float = 60.0,
+    ) -> None:
+        self._check = check  # the health gate with a deadline; raises when not healthy
+        self._relaunch = relaunch  # None in attach mode: we never restart a server we don't own
+        self._log = logger
+        self.failure_threshold = failure_threshold
+        self.max_relaunches = max_relaunches
+        self.check_deadline_s = check_deadline_s
+        self.relaunches = 0
+        self.recoveries = 0
+        self.failed: str | None = None
+        self._consecutive = 0
+        self._available = asyncio.Event()
+        self._available.set()
+        self._recovery: asyncio.Task[None] | None = None
+
+    async def before_request(self) -> None:
+        """Wait while the server is being recovered; raise if it is gone for good."""
+        if not self._available.is_set():
+            await self._available.wait()
+        if self.failed:
+            raise ServerError(self.failed)
+
+    def on_success(self) -> None:
+        self._consecutive = 0
+
+    def on_connection_error(self) -> None:
+        """Count a refused/reset/timed-out request; start a recovery at the threshold."""
+        self._consecutive += 1
+        if self._consecutive >= self.failure_threshold and self._available.is_set():
+            self._available.clear()
+            self._recovery = asyncio.create_task(self._recover())
+
+    async def _recover(self) -> None:
+        started = time.monotonic()
+        self.recoveries += 1
+        self._log.warning(
+            f"server lost ({self._consecutive} consecutive connection failures); "
+            "pausing requests and re-running the health gate"
+        )
+        try:
+            try:
+                await self._check(self.check_deadline_s)
+            except ServerError as err:
+                if self._relaunch is None:
+                    raise ServerError(f"server did not come back: {err}") from None
+                if self.relaunches >= self.max_relaunches:
+                    raise ServerError(
+                        f"server lost again after {self.relaunches} relaunches: {err}"
+                    ) from None
+                self.relaunches += 1
+                self._log.warning(
+                    f"relaunching the server ({self.relaunches}/{self.max_relaunches}): {err}"
+                )
+                await self._relaunch()
+            self._consecutive = 0
+            self._log.info(f"server back after {time.monotonic() - started:.1f} s; resuming")
+        except Exception as err:  # whatever it was, requests must stop waiting
+            self.failed = str(err)
+            self._log.warning(f"giving up on the server: {err}")
+        finally:
+            self._available.set()
+
+    async def aclose(self) -> None:
+        if self._recovery is not None and not self._recovery.done():
+            self._recovery.cancel()
+            try:
+                await self._recovery
+            except asyncio.CancelledError:
+                pass
