@@ -104,6 +104,35 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate(args: argparse.Namespace) -> int:
+    import orjson
+
+    from eagle3_datagen.audit import validate_dataset
+
+    report = validate_dataset(args.dataset, tokenizer=args.tokenizer)
+    if args.json:
+        print(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        print("\n".join(report.lines()))
+    return 0 if report.ok else 1
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from eagle3_datagen.export import export_dataset
+
+    result = export_dataset(
+        args.dataset,
+        args.format,
+        args.output,
+        skip_truncated=args.skip_truncated,
+        tokenizer=args.tokenizer,
+    )
+    parts = ", ".join(f"{k}={v}" for k, v in result.written.items())
+    skipped = f", {result.skipped_truncated} truncated skipped" if args.skip_truncated else ""
+    print(f"exported {result.total} records ({parts}){skipped} as {args.format} -> {result.path}")
+    return 0
+
+
 def cmd_emulator(argv: list[str]) -> int:
     from eagle3_datagen.emulator import main as emulator_main
 
@@ -132,6 +161,28 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the whole pipeline on this machine, with the emulator")
     demo.add_argument("--output", metavar="DIR", help="output directory (default: a new one)")
     demo.set_defaults(func=cmd_demo)
+
+    validate = sub.add_parser(
+        "validate", help="re-validate every record of a finished dataset (exit 1 if any fails)"
+    )
+    validate.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    validate.add_argument(
+        "--tokenizer", metavar="PATH", help="tokenizer path, if it moved since the run"
+    )
+    validate.add_argument("--json", action="store_true", help="print the report as JSON")
+    validate.set_defaults(func=cmd_validate)
+
+    export = sub.add_parser("export", help="write a dataset as a trainer's JSONL")
+    export.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    export.add_argument("--format", required=True, choices=["specforge", "speculators"])
+    export.add_argument("--output", required=True, metavar="PATH", help="JSONL file to write")
+    export.add_argument(
+        "--skip-truncated", action="store_true", help="leave out length-truncated records"
+    )
+    export.add_argument(
+        "--tokenizer", metavar="PATH", help="tokenizer path, if it moved since the run"
+    )
+    export.set_defaults(func=cmd_export)
 
     sub.add_parser(
         "emulator",

@@ -12,12 +12,12 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import SpecialTokens, ValidationPolicy, format_validation_error
@@ -25,6 +25,7 @@ from eagle3_datagen.errors import DatasetError, TokenizerError
 from eagle3_datagen.output import MANIFEST, BatchSummary, PartitionOutput
 from eagle3_datagen.validate import TokenIds
 
+M = TypeVar("M", bound=BaseModel)
 CONTENT_SHA_KEY = b"eagle3_datagen.content_sha256"
 _SHARD_NAME = re.compile(r"^part-(\d+)\.parquet$")
 # The tokenizer must be the one the data was made with; the chat template may differ (it
@@ -70,7 +71,7 @@ class DatasetDir:
 
     # -- settings recovered from the fingerprint ------------------------------------------
 
-    def _model(self, key: str, cls: type[SpecialTokens] | type[ValidationPolicy]) -> Any:
+    def _settings(self, key: str, cls: type[M]) -> M:
         try:
             return cls.model_validate(self.content.get(key, {}))
         except ValidationError as err:
@@ -79,13 +80,11 @@ class DatasetDir:
 
     @property
     def special_tokens(self) -> SpecialTokens:
-        result: SpecialTokens = self._model("special_tokens", SpecialTokens)
-        return result
+        return self._settings("special_tokens", SpecialTokens)
 
     @property
     def policy(self) -> ValidationPolicy:
-        result: ValidationPolicy = self._model("validation", ValidationPolicy)
-        return result
+        return self._settings("validation", ValidationPolicy)
 
     def load_tokenizer(self, override: str | None = None) -> ChatTokenizer:
         """The run's tokenizer (or ``override``), refused if its vocabulary differs."""
@@ -153,11 +152,15 @@ class DatasetDir:
         shards: list[Shard] = []
         for index, marker in sorted(markers.items()):
             if index not in on_disk:
-                problems.append(f"{out.marker_path(index)}: batch committed but its shard is missing")
+                problems.append(
+                    f"{out.marker_path(index)}: batch committed but its shard is missing"
+                )
                 continue
             rejects = out.rejects_path(index)
             shards.append(
-                Shard(partition, index, on_disk[index], rejects if rejects.exists() else None, marker)
+                Shard(
+                    partition, index, on_disk[index], rejects if rejects.exists() else None, marker
+                )
             )
         return shards, problems
 
@@ -188,4 +191,3 @@ def iter_rows(
             yield from batch.to_pylist()
     except (pa.ArrowException, OSError, KeyError) as err:
         raise DatasetError(f"{path}: cannot read: {err}") from None
-

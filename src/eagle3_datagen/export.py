@@ -145,9 +145,9 @@ def export_dataset(
     row_fn = _specforge if fmt == "specforge" else _speculators(ds, tokenizer)
     out = Path(output_path)
     result = ExportResult(out, fmt)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as fh:
             for shard in shards:
                 for row in iter_rows(shard.path, _COLUMNS[fmt]):
@@ -159,6 +159,9 @@ def export_dataset(
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, out)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise DatasetError(f"{out}: cannot write: {err.strerror or err}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -39,7 +39,8 @@ class BatchJournal:
                 continue
             try:
                 entry = orjson.loads(raw)
-                done[int(entry.pop("line"))] = GenerateResult(**entry)
+                line = int(entry.pop("line"))
+                done[line] = GenerateResult(**entry)
             except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
                 continue  # the line being written when the process died
         return done
