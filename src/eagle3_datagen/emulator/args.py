@@ -1,0 +1,229 @@
+"""The command line: the ``sglang.launch_server`` flags the pipeline passes, plus ``--emu-*``.
+
+SGLang flags are accepted and reported in ``/server_info``; most change nothing here. Flags the
+emulator does not know are kept (with a warning), so a launcher written for real SGLang works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from dataclasses import dataclass, fields
+from typing import Any
+
+SGLANG_VERSION = "0.5.23"
+REDACTED = "<redacted>"
+# Flags whose value is a secret (--api-key, --admin-api-key, --hf-token, ...), known or not.
+_SECRET_FLAG = re.compile(
+    r"^--(?:[a-z0-9-]*-)?(?:api-key|key|token|secret|password|passwd)$", re.IGNORECASE
+)
+
+
+# (flags, type or "bool", default, help) of the sglang.launch_server flags the emulator knows.
+_SGLANG_FLAGS: list[tuple[tuple[str, ...], Any, Any, str]] = [
+    (("--model-path", "--model"), str, None, "checkpoint dir: tokenizer.json, config.json"),
+    (("--tokenizer-path",), str, None, "tokenizer dir; None means --model-path"),
+    (("--host",), str, "127.0.0.1", "bind address"),
+    (("--port",), int, 30000, "bind port"),
+    (("--tp-size", "--tp", "--tensor-parallel-size"), int, 1, "reported only"),
+    (("--dp-size", "--dp", "--data-parallel-size"), int, 1, "one internal_states entry each"),
+    (("--mem-fraction-static",), float, None, "reported only; None reports 0.85"),
+    (("--enable-hierarchical-cache", "--enable-hicache"), "bool", False, "reported only"),
+    (("--hicache-size",), int, 0, "GB; reported only"),
+    (("--hicache-ratio",), float, None, "reported only; None reports 2.0"),
+    (("--num-continuous-decode-steps",), int, 1, "reported only"),
+    (("--trust-remote-code",), "bool", False, "reported only"),
+    (("--context-length",), int, None, "None: max_position_embeddings of config.json"),
+    (("--reasoning-parser",), str, None, "reported only; /generate ignores it, as SGLang's does"),
+    (("--tool-call-parser",), str, None, "reported only"),
+    (("--api-key",), str, None, "require 'Authorization: Bearer KEY' (not on /health*)"),
+    (("--admin-api-key",), str, None, "accepted; never reported"),
+    (("--max-running-requests",), int, None, "decode slots when --emu-running-slots is 0"),
+    (("--max-queued-requests",), int, None, "503 when this many wait for a slot"),
+    (("--chunked-prefill-size",), int, None, "reported only; None reports 8192"),
+    (
+        ("--random-seed",),
+        int,
+        None,
+        "fake-model seed of requests without sampling_seed; None means 0",
+    ),
+    (("--skip-server-warmup",), "bool", False, "reported only"),
+    (("--enable-metrics",), "bool", False, "serve /metrics (Prometheus text)"),
+    (("--log-level",), str, "info", "reported only"),
+    (("--log-requests",), "bool", False, "print one line per finished request"),
+    (("--served-model-name",), str, None, "model id in /v1/models; None means --model-path"),
+    (("--stream-interval",), int, 1, "ids per SSE chunk"),
+    (("--watchdog-timeout",), float, 300.0, "reported only"),
+    (("--allow-auto-truncate",), "bool", False, "reported only"),
+    (("--skip-tokenizer-init",), "bool", False, "reported only"),
+]
+
+_EMU_FLAGS: list[tuple[str, Any, Any, str]] = [
+    ("--emu-startup-refuse-s", float, 0.0, "seconds not listening (connection refused) while "
+     "printing shard-loading progress"),
+    ("--emu-startup-503-s", float, 0.0, "then seconds listening with /health 503 (warm-up); "
+     "/model_info and /generate already work"),
+    ("--emu-die-during-startup", str, None, "print a traceback ending in this MESSAGE to "
+     "stderr halfway through loading, then exit"),
+    ("--emu-die-exit-code", int, 1, "exit code for --emu-die-during-startup"),
+    ("--emu-mean-output-tokens", float, 200.0, "mean natural output length (lognormal)"),
+    ("--emu-max-output-tokens", int, 16384, "cap of the natural output length"),
+    ("--emu-output-sigma", float, 1.0, "lognormal sigma of output lengths (the long tail)"),
+    ("--emu-tool-call-rate", float, 0.5, "chance of a tool-call section when tools are declared"),
+    ("--emu-max-total-tokens", int, None, "KV pool size reported as max_total_num_tokens; "
+     "None means 4 x context length"),
+    ("--emu-ledger", str, None, "append one JSON line per finished request to PATH"),
+    ("--emu-running-slots", int, 0, "requests decoding at once, the rest queue "
+     "(0: --max-running-requests, else unlimited)"),
+    ("--emu-prefill-tokens-per-s", float, 0.0, "prefill speed per request (0: instant)"),
+    ("--emu-decode-ms-per-token", float, 0.0, "decode time per output token (0: instant)"),
+    ("--emu-fault-seed", int, 0, "seed of the fault stream"),
+    ("--emu-fault-400-rate", float, 0.0, "chance of a 400 per /generate request"),
+    ("--emu-fault-500-rate", float, 0.0, "chance of a 500 'Internal Server Error'"),
+    ("--emu-fault-503-rate", float, 0.0, "chance of a 503 'The request queue is full.'"),
+    ("--emu-fault-reset-rate", float, 0.0, "chance of closing the connection with no response"),
+    ("--emu-fault-hang-rate", float, 0.0, "chance of holding the request --emu-hang-s seconds"),
+    ("--emu-fault-abort-rate", float, 0.0, "chance of a 200 abort with partial output_ids"),
+    ("--emu-hang-s", float, 3600.0, "how long a hang fault holds a request"),
+    ("--emu-crash-after", int, 0, "os._exit(1) on the Nth /generate request (0: never)"),
+]  # fmt: skip
+FAULT_RATE_FLAGS = tuple(f for f, *_ in _EMU_FLAGS if f.startswith("--emu-fault-") and "rate" in f)
+
+
+def _add(
+    g: argparse._ArgumentGroup, names: tuple[str, ...], kind: Any, default: Any, help: str
+) -> None:
+    if kind == "bool":
+        g.add_argument(*names, action="store_true", default=False, help=help)
+        return
+    metavar = {"--emu-die-during-startup": "MESSAGE", "--emu-ledger": "PATH"}.get(names[0])
+    required = names[0] == "--model-path"
+    g.add_argument(
+        *names, type=kind, default=default, help=help, metavar=metavar, required=required
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser; ``allow_abbrev=False`` so prefixes of unknown flags are never misread."""
+    p = argparse.ArgumentParser(
+        prog="eagle3-datagen emulator",
+        description="SGLang-compatible HTTP server with a deterministic fake model (no GPU). "
+        "Unknown --flags are accepted with a warning.",
+        allow_abbrev=False,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("sglang.launch_server flags")
+    for names, kind, default, help in _SGLANG_FLAGS:
+        _add(g, names, kind, default, help)
+    e = p.add_argument_group("emulator-only flags")
+    for name, kind, default, help in _EMU_FLAGS:
+        _add(e, (name,), kind, default, help)
+    return p
+
+
+@dataclass(frozen=True)
+class EmulatorArgs:
+    """Typed view of the parsed flags; ``ns`` keeps them all for ``/server_info``."""
+
+    ns: argparse.Namespace
+    unknown: list[str]
+    argv: list[str]
+    model_path: str
+    tokenizer_path: str | None
+    host: str
+    port: int
+    tp_size: int
+    dp_size: int
+    mem_fraction_static: float | None
+    context_length: int | None
+    reasoning_parser: str | None
+    tool_call_parser: str | None
+    api_key: str | None
+    max_running_requests: int | None
+    max_queued_requests: int | None
+    chunked_prefill_size: int | None
+    hicache_ratio: float | None
+    random_seed: int | None
+    enable_metrics: bool
+    log_requests: bool
+    served_model_name: str | None
+    stream_interval: int
+    emu_startup_refuse_s: float
+    emu_startup_503_s: float
+    emu_die_during_startup: str | None
+    emu_die_exit_code: int
+    emu_mean_output_tokens: float
+    emu_max_output_tokens: int
+    emu_output_sigma: float
+    emu_tool_call_rate: float
+    emu_max_total_tokens: int | None
+    emu_ledger: str | None
+    emu_running_slots: int
+    emu_prefill_tokens_per_s: float
+    emu_decode_ms_per_token: float
+    emu_fault_seed: int
+    emu_fault_400_rate: float
+    emu_fault_500_rate: float
+    emu_fault_503_rate: float
+    emu_fault_reset_rate: float
+    emu_fault_hang_rate: float
+    emu_fault_abort_rate: float
+    emu_hang_s: float
+    emu_crash_after: int
+
+    @property
+    def unknown_redacted(self) -> list[str]:
+        return redact_argv(self.unknown)
+
+    @classmethod
+    def from_namespace(
+        cls, ns: argparse.Namespace, unknown: list[str], argv: list[str]
+    ) -> EmulatorArgs:
+        own = {"ns", "unknown", "argv"}
+        values = {f.name: getattr(ns, f.name) for f in fields(cls) if f.name not in own}
+        return cls(ns=ns, unknown=unknown, argv=argv, **values)
+
+    @property
+    def launch_command(self) -> str:
+        """The command line as given, with secrets redacted (SGLang's ``launch_command``)."""
+        return shlex.join(["python", "-m", "sglang.launch_server", *redact_argv(self.argv)])
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the value of every secret flag (``--api-key K``, ``--x-token=K``) hidden."""
+    out: list[str] = []
+    hide = False
+    for arg in argv:
+        if hide:
+            out.append(REDACTED)
+            hide = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if arg.startswith("--") and _SECRET_FLAG.match(name):
+            if eq:
+                out.append(f"{name}={REDACTED}")
+            else:
+                out.append(arg)
+                hide = True
+            continue
+        out.append(arg)
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> EmulatorArgs:
+    """Parse known flags; warn about the rest instead of failing like SGLang would not."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    ns, unknown = parser.parse_known_args(argv)
+    rates = [getattr(ns, f[2:].replace("-", "_")) for f in FAULT_RATE_FLAGS]
+    if any(r < 0 for r in rates) or sum(rates) > 1.0 + 1e-9:
+        parser.error("--emu-fault-*-rate values must be >= 0 and sum to at most 1")
+    if unknown:
+        print(
+            f"WARNING: emulator ignores unknown arguments: {' '.join(redact_argv(unknown))}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return EmulatorArgs.from_namespace(ns, unknown, argv)
