@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from typing import Any
+from uuid import UUID
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
@@ -14,31 +16,39 @@ from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.output import PartitionOutput, summarize
 from eagle3_datagen.prompts import find_duplicate_ids, plan_batches
+from eagle3_datagen.reporting import artifact_key, progress_percent
 from eagle3_datagen.runner import PartitionRunner, Progress, run_windowed
-from eagle3_datagen.server_session import supervisor_for
-from eagle3_datagen.sglang.client import SGLangClient
+from eagle3_datagen.server_session import budget_for, supervisor_for
 from eagle3_datagen.sglang.launcher import resolve_api_key
+from eagle3_datagen.sglang.pool import connect
+from eagle3_datagen.throughput import RunMeter
 from eagle3_datagen.validate import TokenIds
 from tasks.batch import generate_batch
 
 PROGRESS_EVERY_S = 10.0
 
+# The parent's meter of a run, by run key (same process), so that its throughput watch and its
+# summary see every partition's live token count; subflow parameters must be JSON.
+RUN_METERS: dict[str, RunMeter] = {}
 
-def _artifact_key(partition: str) -> str:
-    return "progress-" + "".join(c if c.isalnum() else "-" for c in partition.lower())
+
+class PartitionFailed(Exception):
+    """Some batches of a partition failed; the message names the partition and the first."""
 
 
-async def _report_progress(partition: str, progress: Progress, every_s: float) -> None:
-    """Log the seed's progress line and update a progress artifact until cancelled."""
+async def _report_progress(
+    partition: str, progress: Progress, artifact_id: UUID, every_s: float
+) -> None:
+    """Log the seed's progress line and update the progress artifact until cancelled."""
     logger = get_run_logger()
-    artifact_id = await acreate_progress_artifact(
-        0.0, key=_artifact_key(partition), description=f"{partition}: lines processed"
-    )
     while True:
         await asyncio.sleep(every_s)
         logger.info(f"{partition}: {progress.line()}")
-        pct = 100.0 * progress.done / progress.total_lines if progress.total_lines else 0.0
-        await aupdate_progress_artifact(artifact_id, min(pct, 100.0), description=progress.line())
+        await aupdate_progress_artifact(
+            artifact_id,
+            progress_percent(progress.done, progress.total_lines),
+            description=f"{partition}: {progress.line()}",
+        )
 
 
 @flow(name="datagen-partition", flow_run_name="partition-{partition}", log_prints=True)
@@ -49,9 +59,12 @@ async def generate_partition(
     context_length: int | None = None,
     parquet_metadata: dict[str, str] | None = None,
     supervisor_key: str | None = None,
+    run_key: str | None = None,
 ) -> dict[str, Any]:
     """Generate one partition's records; fails if any batch failed after its retries."""
+    started = time.monotonic()
     logger = get_run_logger()
+    meter = RUN_METERS.get(run_key or "") or RunMeter()
     part = config.partition(partition)
     tier = config.tier(part.tier)
     tokenizer = ChatTokenizer(
@@ -71,7 +84,7 @@ async def generate_partition(
         logger.warning(f"{partition}: {len(duplicates)} lines repeat an earlier id; rejected")
     # Enough batches in flight to keep the tier's slots full across batch boundaries.
     window = max(2, math.ceil(tier.concurrency / config.batch_size) + 1)
-    async with SGLangClient(
+    async with connect(
         server_url,
         api_key=resolve_api_key(config.server),
         timeout_s=config.server.request_timeout_s,
@@ -88,25 +101,46 @@ async def generate_partition(
             metadata=parquet_metadata,
             duplicates=duplicates,
             supervisor=supervisor_for(supervisor_key),
+            budget=budget_for(supervisor_key),
         )
-        runner.progress.total_lines = sum(b.count for b in batches)
+        progress = runner.progress
+        progress.total_lines = sum(b.count for b in batches)
+        meter.track(partition, progress, started=started)
+        batch_task = generate_batch.with_options(
+            retries=config.retries.batch_retries,
+            retry_delay_seconds=config.retries.batch_retry_delay_s,
+        )
+        artifact_id = await acreate_progress_artifact(
+            0.0, key=artifact_key("progress", partition), description=f"{partition}: starting"
+        )
         reporter = asyncio.create_task(
-            _report_progress(partition, runner.progress, PROGRESS_EVERY_S)
+            _report_progress(partition, progress, artifact_id, PROGRESS_EVERY_S)
         )
         try:
             results = await run_windowed(
-                iter(batches), lambda spec: generate_batch(runner, spec), window
+                iter(batches), lambda spec: batch_task(runner, spec), window
             )
         finally:
+            meter.finish(partition)
             reporter.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reporter
-    logger.info(f"{partition}: {runner.progress.line()}")
+            # The last word, also for runs shorter than one reporting period.
+            with contextlib.suppress(Exception):
+                await aupdate_progress_artifact(
+                    artifact_id,
+                    progress_percent(progress.done, progress.total_lines),
+                    description=f"{partition}: {progress.line()}",
+                )
+    logger.info(f"{partition}: {progress.line()}")
     failures = [r for r in results if isinstance(r, BaseException)]
     summary = summarize(partition, output.batch_summaries())
+    timing = meter.timing(partition)
+    if timing is not None:
+        summary["wall_s"], summary["output_tok_s"] = round(timing[0], 1), round(timing[1], 1)
     if failures:
-        raise RuntimeError(
-            f"partition {partition}: {len(failures)} of {len(batches)} batches failed; "
+        raise PartitionFailed(
+            f"{len(failures)} of {len(batches)} batches of partition {partition} failed; "
             f"first: {failures[0]}"
         )
     return summary

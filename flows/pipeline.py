@@ -3,25 +3,45 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import get_run_context
+from prefect.events import emit_event
 from prefect.flows import Flow
 from prefect.states import State
 
 from eagle3_datagen.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.config import PipelineConfig, ThroughputAlarm
 from eagle3_datagen.errors import ConfigError
-from eagle3_datagen.output import read_manifest, write_manifest
+from eagle3_datagen.output import PartitionOutput, read_manifest, summarize, write_manifest
 from eagle3_datagen.provenance import build_fingerprint, diff_content, parquet_metadata
+from eagle3_datagen.reporting import (
+    SUMMARY_KEY,
+    THROUGHPUT_KEY,
+    failure_reason,
+    run_failure_message,
+    summary_description,
+    summary_row,
+    throughput_markdown,
+)
 from eagle3_datagen.server_session import open_server
 from eagle3_datagen.sglang.launcher import server_state_dir
 from eagle3_datagen.sglang.orphans import kill_recorded
-from flows.partition import generate_partition
+from eagle3_datagen.throughput import RunMeter, ThroughputChange, ThroughputWatch, sample_interval
+from flows.partition import RUN_METERS, generate_partition
+
+EVENT_PREFIX = "eagle3-datagen.throughput"
+
+
+class RunFailed(Exception):
+    """Some partitions failed; the message names each and why."""
 
 
 def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]) -> None:
@@ -63,6 +83,71 @@ def _guard_output(
     )
 
 
+async def _announce(change: ThroughputChange, flow_run: FlowRun, logger: Any) -> None:
+    """A throughput transition as a log line, a Prefect event and a markdown artifact."""
+    if change.kind == "low":
+        logger.warning(f"throughput alarm: {change.summary()}")
+    else:
+        logger.info(f"throughput alarm cleared: {change.summary()}")
+    related = [{"prefect.resource.id": f"prefect.flow.{flow_run.flow_id}",
+                "prefect.resource.role": "flow"}]  # fmt: skip
+    if flow_run.deployment_id:
+        related.append({"prefect.resource.id": f"prefect.deployment.{flow_run.deployment_id}",
+                        "prefect.resource.role": "deployment"})  # fmt: skip
+    emit_event(
+        event=f"{EVENT_PREFIX}.{change.kind}",
+        resource={
+            "prefect.resource.id": f"prefect.flow-run.{flow_run.id}",
+            "prefect.resource.name": flow_run.name,
+            "prefect.resource.role": "flow-run",
+        },
+        related=related,
+        payload=change.payload(),
+    )
+    await acreate_markdown_artifact(
+        throughput_markdown(change, flow_run.name),
+        key=THROUGHPUT_KEY,
+        description=change.summary(),
+    )
+
+
+async def _watch_throughput(alarm: ThroughputAlarm, meter: RunMeter, flow_run: FlowRun) -> None:
+    """Sample the run's output tokens until cancelled; announce each ok/low transition."""
+    watch = ThroughputWatch.from_config(alarm, time.monotonic())
+    if watch is None:
+        return
+    logger = get_run_logger()
+    while True:
+        await asyncio.sleep(sample_interval(alarm.window_s))
+        change = watch.observe(time.monotonic(), meter.total_tokens())
+        if change is not None:
+            try:
+                await _announce(change, flow_run, logger)
+            except Exception as err:  # an alarm must never break the run it watches
+                logger.warning(f"throughput alarm could not be published: {err}")
+
+
+async def _publish_summary(
+    config: PipelineConfig,
+    names: list[str],
+    completed: dict[str, dict[str, Any]],
+    errors: dict[str, str],
+    meter: RunMeter,
+) -> None:
+    """The run summary table artifact: one row per partition, unfinished ones from disk."""
+    rows = []
+    for name in names:
+        if name in completed:
+            rows.append(summary_row(name, "completed", completed[name]))
+            continue
+        on_disk = summarize(name, PartitionOutput(config.output_dir, name).batch_summaries())
+        status = "failed" if name in errors else "not run"
+        rows.append(summary_row(name, status, on_disk, meter.timing(name), errors.get(name)))
+    await acreate_table_artifact(
+        rows, key=SUMMARY_KEY, description=summary_description(rows, config.output_dir)
+    )
+
+
 @flow(
     name="eagle3-datagen",
     on_cancellation=[_stop_server_hook],
@@ -74,50 +159,83 @@ async def datagen(
     server_url: str | None = None,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Generate EAGLE-3 training data for the selected partitions (all when none are given)."""
+    """Generate EAGLE-3 training data (exact SGLang token ids) for the selected partitions.
+
+    Args:
+        config: The pipeline configuration (same schema as the YAML files in configs/).
+        partitions: Names of the partitions to run; empty runs all of them.
+        server_url: Attach to this running SGLang server instead of launching one.
+        overwrite: Delete data in the output directory made with other settings.
+    """
     logger = get_run_logger()
     names = partitions or [p.name for p in config.partitions]
     for name in names:
         config.partition(name)  # unknown names fail before anything starts
-    run_key = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    flow_run = get_run_context().flow_run  # type: ignore[union-attr]
+    assert flow_run is not None
+    run_key = str(flow_run.id)
     tokenizer = ChatTokenizer(
         config.model.tokenizer_dir,
         trust_remote_code=config.model.trust_remote_code,
         chat_template_kwargs=config.model.chat_template_kwargs,
     )
-
-    async with open_server(config, run_key=run_key, logger=logger, server_url=server_url) as srv:
-        fingerprint = build_fingerprint(config, tokenizer, srv.facts.server_args, srv.facts.version)
-        _guard_output(config, fingerprint, overwrite, logger)
-        manifest: dict[str, Any] = {"fingerprint": fingerprint, "status": "running",
-                                    "partitions": {}}  # fmt: skip
-        write_manifest(config.output_dir, manifest)
-        states = await asyncio.gather(
-            *(
-                generate_partition(
-                    config=config,
-                    partition=name,
-                    server_url=srv.url,
-                    context_length=srv.facts.context_length,
-                    parquet_metadata=parquet_metadata(fingerprint),
-                    supervisor_key=srv.supervisor_key,
-                    return_state=True,
-                )
-                for name in names
+    meter = RUN_METERS[run_key] = RunMeter()
+    completed: dict[str, dict[str, Any]] = {}
+    errors: dict[str, str] = {}
+    try:
+        async with open_server(
+            config, run_key=run_key, logger=logger, server_url=server_url
+        ) as srv:
+            fingerprint = build_fingerprint(
+                config, tokenizer, srv.facts.server_args, srv.facts.version
             )
-        )
+            _guard_output(config, fingerprint, overwrite, logger)
+            manifest: dict[str, Any] = {"fingerprint": fingerprint, "status": "running",
+                                        "partitions": {}}  # fmt: skip
+            write_manifest(config.output_dir, manifest)
+            watcher = asyncio.create_task(_watch_throughput(config.throughput, meter, flow_run))
+            try:
+                states = await asyncio.gather(
+                    *(
+                        generate_partition(
+                            config=config,
+                            partition=name,
+                            server_url=srv.url,
+                            context_length=srv.facts.context_length,
+                            parquet_metadata=parquet_metadata(fingerprint),
+                            supervisor_key=srv.supervisor_key,
+                            run_key=run_key,
+                            return_state=True,
+                        )
+                        for name in names
+                    )
+                )
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watcher
 
-    failed: list[str] = []
-    for name, state in zip(names, states, strict=True):
-        if state.is_completed():
-            manifest["partitions"][name] = await state.aresult()
-        else:
-            failed.append(name)
-            manifest["partitions"][name] = {"partition": name, "status": state.type.value,
-                                            "error": state.message}  # fmt: skip
-    manifest["status"] = "failed" if failed else "completed"
-    write_manifest(config.output_dir, manifest)
-    if failed:
-        reasons = "; ".join(f"{n}: {manifest['partitions'][n]['error']}" for n in failed)
-        raise RuntimeError(f"{len(failed)} of {len(names)} partitions failed: {reasons}")
+        for name, state in zip(names, states, strict=True):
+            if state.is_completed():
+                completed[name] = manifest["partitions"][name] = await state.aresult()
+            else:
+                errors[name] = failure_reason(state.message, state.type.value)
+                manifest["partitions"][name] = {"partition": name, "status": state.type.value,
+                                                "error": state.message}  # fmt: skip
+        manifest["status"] = "failed" if errors else "completed"
+        write_manifest(config.output_dir, manifest)
+    except BaseException as err:
+        stopped = f"run stopped before it finished: {str(err) or type(err).__name__}"
+        for name in names:
+            if name not in completed:
+                errors.setdefault(name, stopped)
+        raise
+    finally:
+        RUN_METERS.pop(run_key, None)
+        try:
+            await _publish_summary(config, names, completed, errors, meter)
+        except Exception as err:
+            logger.warning(f"run summary artifact not written: {err}")
+    if errors:
+        raise RunFailed(run_failure_message(errors, len(names)))
     return manifest

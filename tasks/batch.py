@@ -7,17 +7,26 @@ from prefect.cache_policies import NO_CACHE
 
 from eagle3_datagen.output import BatchSummary
 from eagle3_datagen.prompts import BatchSpec
+from eagle3_datagen.reporting import batch_failure_message
 from eagle3_datagen.runner import PartitionRunner
+
+
+class BatchTaskFailed(Exception):
+    """A batch failed; its message (the task run's state message) names partition, batch and
+    cause, so a Failed task in the dashboard explains itself."""
 
 
 @task(
     name="generate",
     task_run_name="generate[{spec.partition}/{spec.index:04d}]",
-    retries=2,
+    retries=2,  # the partition flow sets these from config.retries (with_options)
     retry_delay_seconds=[10, 60],
     cache_policy=NO_CACHE,  # results live in Parquet; the batch marker is the cache
     persist_result=False,
 )
 async def generate_batch(runner: PartitionRunner, spec: BatchSpec) -> BatchSummary:
     """Parse, render, generate, validate and write one batch (skipped if already committed)."""
-    return await runner.run_batch(spec)
+    try:
+        return await runner.run_batch(spec)
+    except Exception as err:
+        raise BatchTaskFailed(batch_failure_message(spec.label, spec.partition, err)) from err

@@ -70,27 +70,34 @@ class ModelSpec(_Model):
 class ToolCallTokens(_Model):
     """Kimi-style tool-call markers; a section holds one or more begin/argument/end calls."""
 
-    section_begin: str = Field(default="<|tool_calls_section_begin|>")
-    section_end: str = Field(default="<|tool_calls_section_end|>")
-    call_begin: str = Field(default="<|tool_call_begin|>")
-    argument_begin: str = Field(default="<|tool_call_argument_begin|>")
-    call_end: str = Field(default="<|tool_call_end|>")
+    section_begin: str = Field(title="Section begin", default="<|tool_calls_section_begin|>")
+    section_end: str = Field(title="Section end", default="<|tool_calls_section_end|>")
+    call_begin: str = Field(title="Call begin", default="<|tool_call_begin|>")
+    argument_begin: str = Field(title="Argument begin", default="<|tool_call_argument_begin|>")
+    call_end: str = Field(title="Call end", default="<|tool_call_end|>")
 
 
 class SpecialTokens(_Model):
     """Special tokens by their *strings*; ids are resolved through the tokenizer at start-up."""
 
-    think_start: str = Field(default="<think>", description="Opens the reasoning block.")
-    think_end: str = Field(default="</think>", description="Closes the reasoning block.")
+    think_start: str = Field(
+        title="Think start", default="<think>", description="Opens the reasoning block."
+    )
+    think_end: str = Field(
+        title="Think end", default="</think>", description="Closes the reasoning block."
+    )
     end_of_turn: str = Field(
+        title="End of turn",
         default="<|im_end|>",
         description="Ends the assistant turn; the expected last output token.",
     )
     extra_stop: list[str] = Field(
+        title="Extra stop tokens",
         default_factory=lambda: ["[EOS]"],
         description="Other tokens that stop generation (sent as stop_token_ids too).",
     )
     role_tokens: list[str] = Field(
+        title="Role tokens",
         default_factory=lambda: [
             "<|im_user|>",
             "<|im_system|>",
@@ -100,6 +107,7 @@ class SpecialTokens(_Model):
         description="Turn and role tokens that must never appear inside an output.",
     )
     tool_calls: ToolCallTokens | None = Field(
+        title="Tool-call tokens",
         default_factory=lambda: ToolCallTokens(),
         description="Tool-call tokens whose structure is checked; null for models without tools.",
     )
@@ -117,12 +125,15 @@ class Sampling(_Model):
     """Sampling parameters sent explicitly with every request (SGLang's /generate has no model
     defaults: generation_config.json applies only to the OpenAI chat endpoint)."""
 
-    temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy.")
-    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
-    top_k: int = Field(default=-1, description="-1 means all tokens.")
-    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
-    repetition_penalty: float = Field(default=1.0, ge=0.0, le=2.0)
+    temperature: float = Field(
+        title="Temperature", default=1.0, ge=0.0, description="0 means greedy."
+    )
+    top_p: float = Field(title="Top-p", default=0.95, gt=0.0, le=1.0)
+    top_k: int = Field(title="Top-k", default=-1, description="-1 means all tokens.")
+    min_p: float = Field(title="Min-p", default=0.0, ge=0.0, le=1.0)
+    repetition_penalty: float = Field(title="Repetition penalty", default=1.0, ge=0.0, le=2.0)
     seed: int | None = Field(
+        title="Sampling seed",
         default=None,
         description="Per-request sampling_seed; None lets the server choose.",
     )
@@ -167,48 +178,92 @@ class ServerSpec(_Model):
         "SGLang emulator with the same flags (no GPU).",
     )
     url: str | None = Field(
+        title="Server URL",
         default=None,
-        description="Attach mode: the server's base URL, e.g. http://node1:8000.",
+        description="Attach mode: the server's base URL, e.g. http://node1:8000; several "
+        "comma-separated URLs spread requests over several servers (or attach to sglang_router).",
     )
-    host: str = Field(default="127.0.0.1", description="Launch mode: --host.")
-    port: int = Field(default=DEFAULT_PORT, ge=1, le=65535, description="Launch mode: --port.")
-    tp_size: int = Field(default=DEFAULT_TP_SIZE, ge=1, description="--tp-size (GPUs per server).")
-    mem_fraction_static: float = Field(default=DEFAULT_MEM_FRACTION, gt=0.0, lt=1.0)
-    enable_hierarchical_cache: bool = Field(default=True)
+    host: str = Field(title="Host", default="127.0.0.1", description="Launch mode: --host.")
+    port: int = Field(
+        title="Port", default=DEFAULT_PORT, ge=1, le=65535, description="Launch mode: --port."
+    )
+    tp_size: int = Field(
+        title="Tensor parallel size",
+        default=DEFAULT_TP_SIZE,
+        ge=1,
+        description="--tp-size (GPUs per server).",
+    )
+    mem_fraction_static: float = Field(
+        title="Static memory fraction", default=DEFAULT_MEM_FRACTION, gt=0.0, lt=1.0
+    )
+    enable_hierarchical_cache: bool = Field(title="Hierarchical cache", default=True)
     hicache_size_gb: int = Field(
-        default=DEFAULT_HICACHE_SIZE_GB, ge=0, description="--hicache-size"
+        title="Hierarchical cache size (GB)",
+        default=DEFAULT_HICACHE_SIZE_GB,
+        ge=0,
+        description="--hicache-size",
     )
-    num_continuous_decode_steps: int = Field(default=DEFAULT_CONTINUOUS_DECODE_STEPS, ge=1)
+    num_continuous_decode_steps: int = Field(
+        title="Continuous decode steps", default=DEFAULT_CONTINUOUS_DECODE_STEPS, ge=1
+    )
     context_length: int | None = Field(
-        default=None, description="--context-length; None takes the model's config."
+        title="Context length",
+        default=None,
+        description="--context-length; None takes the model's config.",
     )
     extra_args: list[str] = Field(
+        title="Extra launch flags",
         default_factory=list,
         description="More launch_server flags, passed through verbatim.",
     )
     env: dict[str, str] = Field(
+        title="Server environment",
         default_factory=dict,
         description='Environment for the server process, e.g. {"CUDA_VISIBLE_DEVICES": "0,1"}.',
     )
     api_key_env: str | None = Field(
+        title="API key variable",
         default=None,
         description="Name of the environment variable holding SGLang's --api-key (never the key).",
     )
     startup_timeout_s: float = Field(
+        title="Startup timeout (s)",
         default=3600.0,
         gt=0,
         description="Health-gate deadline; a 1T model loads for tens of minutes.",
     )
+    max_requests_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="Server-wide cap on requests in flight across all partitions (None: the "
+        "sum of the tiers' concurrency).",
+    )
+    max_tokens_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="Server-wide cap on prompt + max_tokens summed over requests in flight, "
+        "i.e. KV cache reserved; keeps a LONG tier from crowding out the others. None: no cap.",
+    )
     lost_after_failures: int = Field(
-        default=5, ge=1, description="Consecutive connection failures that mean 'server lost'."
+        title="Failures before 'lost'",
+        default=5,
+        ge=1,
+        description="Consecutive connection failures that mean 'server lost'.",
     )
     max_relaunches: int = Field(
-        default=2, ge=0, description="Launch mode: relaunches of a lost server before giving up."
+        title="Max relaunches",
+        default=2,
+        ge=0,
+        description="Launch mode: relaunches of a lost server before giving up.",
     )
     recovery_check_s: float = Field(
-        default=60.0, gt=0, description="How long a lost server may take to answer again."
+        title="Recovery wait (s)",
+        default=60.0,
+        gt=0,
+        description="How long a lost server may take to answer again.",
     )
     request_timeout_s: float = Field(
+        title="Request timeout (s)",
         default=1800.0,
         gt=0,
         description="Per-request timeout; a 16k-token generation takes minutes.",
@@ -242,17 +297,28 @@ class ServerSpec(_Model):
 class Tier(_Model):
     """A concurrency class: how many requests are in flight and how long outputs may grow."""
 
-    name: str = Field(description="Tier name referenced by partitions, e.g. SHORT or LONG.")
-    concurrency: int = Field(ge=1, le=4096, description="Requests in flight for a partition.")
-    max_tokens: int = Field(ge=1, description="max_new_tokens for every request of the tier.")
+    name: str = Field(
+        title="Tier name", description="Tier name referenced by partitions, e.g. SHORT or LONG."
+    )
+    concurrency: int = Field(
+        title="Concurrency", ge=1, le=4096, description="Requests in flight for a partition."
+    )
+    max_tokens: int = Field(
+        title="Max new tokens", ge=1, description="max_new_tokens for every request of the tier."
+    )
 
 
 class Partition(_Model):
     """One prompts file and the tier it runs under."""
 
-    name: str = Field(description="Output sub-directory name; letters, digits, '_', '-', '.'.")
-    input: str = Field(description="Prompts file: JSONL (one prompt per line) or Parquet.")
-    tier: str = Field(description="Name of a tier defined in `tiers`.")
+    name: str = Field(
+        title="Partition name",
+        description="Output sub-directory name; letters, digits, '_', '-', '.'.",
+    )
+    input: str = Field(
+        title="Input file", description="Prompts file: JSONL (one prompt per line) or Parquet."
+    )
+    tier: str = Field(title="Tier", description="Name of a tier defined in `tiers`.")
 
     @field_validator("name")
     @classmethod
@@ -269,23 +335,82 @@ class ValidationPolicy(_Model):
     """How strictly outputs are checked before they become training data."""
 
     truncation: Literal["keep", "reject"] = Field(
+        title="Truncated outputs",
         default="keep",
         description="'keep' stores length-truncated outputs, flagged; 'reject' rejects them.",
     )
     require_answer: bool = Field(
+        title="Require an answer",
         default=True,
         description="Reject outputs with nothing after </think> (when not truncated).",
     )
 
 
 class RetryPolicy(_Model):
-    """Per-request retries for transient failures (transport errors, 429, 5xx, aborts)."""
+    """Retries for transient failures: per request (transport errors, 429, 5xx, aborts), then
+    per batch task (Prefect's task retries, once a request ran out of attempts)."""
 
     max_attempts: int = Field(
-        default=6, ge=1, le=100, description="Tries per request, first included."
+        title="Attempts per request",
+        default=6,
+        ge=1,
+        le=100,
+        description="Tries per request, first included.",
     )
-    backoff_initial_s: float = Field(default=1.0, ge=0.0, description="First backoff; doubles.")
-    backoff_max_s: float = Field(default=60.0, ge=0.0, description="Backoff cap (jitter added).")
+    backoff_initial_s: float = Field(
+        title="Initial backoff (s)", default=1.0, ge=0.0, description="First backoff; doubles."
+    )
+    backoff_max_s: float = Field(
+        title="Max backoff (s)", default=60.0, ge=0.0, description="Backoff cap (jitter added)."
+    )
+    batch_retries: int = Field(
+        default=2,
+        ge=0,
+        le=10,
+        title="Batch task retries",
+        description="Prefect retries of a failed batch task, after its requests' own attempts.",
+    )
+    batch_retry_delay_s: list[float] = Field(
+        default_factory=lambda: [10.0, 60.0],
+        min_length=1,
+        title="Batch retry delays (s)",
+        description="Wait before each batch retry; the last value repeats.",
+    )
+
+
+class ThroughputAlarm(_Model):
+    """Warn while the run makes far fewer output tokens per second than the hardware should.
+
+    Off unless ``expected_tok_s`` is set. The seed's 225 tok/s against 930-1350 expected went
+    unnoticed for a whole run; this turns such a dip into a warning, an event and an artifact.
+    """
+
+    expected_tok_s: float | None = Field(
+        default=None,
+        gt=0,
+        title="Expected output tok/s",
+        description="Output tokens per second the whole run should make (all partitions); "
+        "empty turns the alarm off.",
+    )
+    alarm_ratio: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        title="Alarm ratio",
+        description="Alarm when the windowed rate falls below expected x this ratio.",
+    )
+    warmup_s: float = Field(
+        default=300.0,
+        ge=0,
+        title="Warm-up (s)",
+        description="No alarm this long after generation starts (caches fill, slots ramp up).",
+    )
+    window_s: float = Field(
+        default=120.0,
+        gt=0,
+        title="Window (s)",
+        description="The rate is averaged over this trailing window.",
+    )
 
 
 def _default_tiers() -> list[Tier]:
@@ -298,16 +423,28 @@ def _default_tiers() -> list[Tier]:
 class PipelineConfig(_Model):
     """Everything a run needs. Relative paths resolve against the config file's directory."""
 
-    model: ModelSpec
-    special_tokens: SpecialTokens = Field(default_factory=SpecialTokens)
-    sampling: Sampling = Field(default_factory=Sampling)
-    server: ServerSpec = Field(default_factory=ServerSpec)
-    tiers: list[Tier] = Field(default_factory=_default_tiers, min_length=1)
-    partitions: list[Partition] = Field(min_length=1)
-    validation: ValidationPolicy = Field(default_factory=ValidationPolicy)
-    retries: RetryPolicy = Field(default_factory=RetryPolicy)
-    output_dir: str = Field(default="datagen-output", description="Run directory for the dataset.")
+    model: ModelSpec = Field(
+        title="Model", description="The model whose tokenizer and chat template render prompts."
+    )
+    special_tokens: SpecialTokens = Field(title="Special tokens", default_factory=SpecialTokens)
+    sampling: Sampling = Field(title="Sampling", default_factory=Sampling)
+    server: ServerSpec = Field(title="SGLang server", default_factory=ServerSpec)
+    tiers: list[Tier] = Field(title="Tiers", default_factory=_default_tiers, min_length=1)
+    partitions: list[Partition] = Field(title="Partitions", min_length=1)
+    validation: ValidationPolicy = Field(title="Validation", default_factory=ValidationPolicy)
+    retries: RetryPolicy = Field(title="Retries", default_factory=RetryPolicy)
+    throughput: ThroughputAlarm = Field(
+        default_factory=ThroughputAlarm,
+        title="Throughput alarm",
+        description="Warn, emit an event and write an artifact when output tok/s stays low.",
+    )
+    output_dir: str = Field(
+        title="Output directory",
+        default="datagen-output",
+        description="Run directory for the dataset.",
+    )
     batch_size: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        title="Batch size",
         default=512,
         description="Prompts per Prefect task run (a task run costs ~10 ms).",
     )

@@ -14,8 +14,9 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
+from eagle3_datagen.budget import ServerBudget
 from eagle3_datagen.chat_tokenizer import ChatTokenizer, RenderError
 from eagle3_datagen.config import PipelineConfig, Tier
 from eagle3_datagen.errors import RejectedRequestError, RetryableRequestError, ServerError
@@ -29,7 +30,7 @@ from eagle3_datagen.prompts import (
     read_batch,
 )
 from eagle3_datagen.records import Record, Reject
-from eagle3_datagen.sglang.client import GenerateResult, SGLangClient
+from eagle3_datagen.sglang.client import GenerateResult
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
 from eagle3_datagen.validate import TokenIds, validate_output
 
@@ -71,6 +72,14 @@ class Progress:
         )
 
 
+class GenerateClient(Protocol):
+    """What the runner needs from a server: one SGLangClient, or a ServerPool of several."""
+
+    async def generate(
+        self, input_ids: list[int], sampling_params: dict[str, Any], rid: str
+    ) -> GenerateResult: ...
+
+
 class BatchFailed(Exception):
     """A batch could not finish; the message names partition, batch and cause."""
 
@@ -85,12 +94,13 @@ class PartitionRunner:
         partition: str,
         tokenizer: ChatTokenizer,
         ids: TokenIds,
-        client: SGLangClient,
+        client: GenerateClient,
         output: PartitionOutput,
         context_length: int | None = None,
         metadata: dict[str, str] | None = None,
         duplicates: dict[int, int] | None = None,
         supervisor: ServerSupervisor | None = None,
+        budget: ServerBudget | None = None,
     ) -> None:
         self.config = config
         self.partition = config.partition(partition)
@@ -103,6 +113,7 @@ class PartitionRunner:
         self.metadata = metadata or {}
         self.duplicates = duplicates or {}  # line -> earlier line with the same id
         self.supervisor = supervisor
+        self.budget = budget or ServerBudget()
         self.semaphore = asyncio.Semaphore(self.tier.concurrency)
         self.sampling = config.sampling.to_sglang(self.tier.max_tokens, list(ids.stop_ids))
         self.progress = Progress()
@@ -284,7 +295,8 @@ class PartitionRunner:
                 async with self.semaphore:
                     if self.supervisor is not None:
                         await self.supervisor.before_request()
-                    result = await self.client.generate(prompt_ids, self.sampling, rid)
+                    async with self.budget.reserve(len(prompt_ids) + self.tier.max_tokens):
+                        result = await self.client.generate(prompt_ids, self.sampling, rid)
             except RejectedRequestError as err:
                 self.progress.done += 1
                 return None, str(err)

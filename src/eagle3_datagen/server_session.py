@@ -12,21 +12,28 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from eagle3_datagen.budget import ServerBudget
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.health import LogSink, wait_until_healthy
 from eagle3_datagen.sglang.launcher import ServerProcess, resolve_api_key, server_state_dir
 from eagle3_datagen.sglang.orphans import reap_orphans
+from eagle3_datagen.sglang.pool import split_urls
 from eagle3_datagen.sglang.preflight import ServerFacts, preflight
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
 
 # Partitions run as separate Prefect subflows whose parameters must be JSON, so the live
-# supervisor of a run is found here by the run's key instead (same process, same event loop).
+# supervisor and budget of a run are found here by the run's key (same process, same loop).
 _SUPERVISORS: dict[str, ServerSupervisor] = {}
+_BUDGETS: dict[str, ServerBudget] = {}
 
 
 def supervisor_for(key: str | None) -> ServerSupervisor | None:
     return _SUPERVISORS.get(key) if key else None
+
+
+def budget_for(key: str | None) -> ServerBudget | None:
+    return _BUDGETS.get(key) if key else None
 
 
 @dataclass(slots=True)
@@ -57,12 +64,13 @@ async def open_server(
     url = (attach_url or server.base_url).rstrip("/")
     current: ServerProcess | None = None
 
-    async def gate(deadline_s: float) -> ServerFacts:
-        async with SGLangClient(url, api_key=api_key, timeout_s=60.0) as client:
+    async def gate(deadline_s: float, at: str | None = None) -> ServerFacts:
+        target = at or url
+        async with SGLangClient(target, api_key=api_key, timeout_s=60.0) as client:
             waited = await wait_until_healthy(
                 client, deadline_s=deadline_s, process=current, logger=logger
             )
-            logger.info(f"server at {url} healthy after {waited:.1f} s")
+            logger.info(f"server at {target} healthy after {waited:.1f} s")
             return await preflight(
                 client, server=server, model=config.model, logger=logger, api_key=api_key
             )
@@ -80,8 +88,11 @@ async def open_server(
         return await gate(server.startup_timeout_s)
 
     if attach_url:
-        logger.info(f"attaching to the server at {url}")
-        facts = await gate(server.startup_timeout_s)
+        urls = split_urls(attach_url)
+        url = ",".join(urls)
+        for one in urls:  # every server must pass the gate and the checks
+            logger.info(f"attaching to the server at {one}")
+            facts = await gate(server.startup_timeout_s, one)
         relaunch = None
     else:
         reaped = reap_orphans(server_state_dir(config.output_dir))
@@ -97,7 +108,9 @@ async def open_server(
         max_relaunches=server.max_relaunches,
         check_deadline_s=server.recovery_check_s,
     )
-    _SUPERVISORS[run_key] = supervisor
+    if "," not in url:  # a pool fails over between its servers by itself
+        _SUPERVISORS[run_key] = supervisor
+    _BUDGETS[run_key] = ServerBudget(server.max_requests_in_flight, server.max_tokens_in_flight)
     try:
         if not attach_url:
             facts = await launch()
@@ -112,6 +125,7 @@ async def open_server(
         )
     finally:
         _SUPERVISORS.pop(run_key, None)
+        _BUDGETS.pop(run_key, None)
         await supervisor.aclose()
         if current is not None:
             await current.astop()
