@@ -39,8 +39,14 @@ def write_prompts(path: Path, n: int) -> list[str]:
 def base_config(tmp_path: Path, prompts: Path, **server: Any) -> dict[str, Any]:
     return {
         "model": {"path": str(TOKENIZER_DIR)},
-        "server": {"mode": "launch", "engine": "emulator", "port": free_port(),
-                   "startup_timeout_s": 60, "request_timeout_s": 60, **server},  # fmt: skip
+        "server": {
+            "mode": "launch",
+            "engine": "emulator",
+            "port": free_port(),
+            "startup_timeout_s": 60,
+            "request_timeout_s": 60,
+            **server,
+        },  # fmt: skip
         "tiers": [{"name": "SHORT", "concurrency": 16, "max_tokens": 2048}],
         "partitions": [{"name": "chaos", "input": str(prompts), "tier": "SHORT"}],
         "output_dir": str(tmp_path / "out"),
