@@ -46,7 +46,7 @@ def base_config(tmp_path: Path, prompts: Path, **server: Any) -> dict[str, Any]:
             "startup_timeout_s": 60,
             "request_timeout_s": 60,
             **server,
-        },  # fmt: skip
+        },
         "tiers": [{"name": "SHORT", "concurrency": 16, "max_tokens": 2048}],
         "partitions": [{"name": "chaos", "input": str(prompts), "tier": "SHORT"}],
         "output_dir": str(tmp_path / "out"),

@@ -50,7 +50,7 @@ def test_two_servers_share_load_and_one_dying_loses_nothing(
         time.sleep(0.02)
     b.proc.kill()
     b.proc.wait()
-    out, err = proc.communicate(timeout=240)
+    _out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err.decode()[-3000:]
 
     rows = pq.read_table(sorted((Path(data["output_dir"]) / "chaos").glob("part-*.parquet")))

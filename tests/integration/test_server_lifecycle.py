@@ -1,4 +1,4 @@
-"""The launched server never outlives its run; attach mode never stops a server; keys stay secret."""
+"""The launched server never outlives its run; attach never stops a server; keys stay secret."""
 
 from __future__ import annotations
 
