@@ -164,7 +164,8 @@ async def datagen(
     Args:
         config: The pipeline configuration (same schema as the YAML files in configs/).
         partitions: Names of the partitions to run; empty runs all of them.
-        server_url: Attach to this running SGLang server instead of launching one.
+        server_url: Attach to this running SGLang server instead of launching one (several:
+            comma-separated URLs).
         overwrite: Delete data in the output directory made with other settings.
     """
     logger = get_run_logger()

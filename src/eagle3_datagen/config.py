@@ -233,12 +233,14 @@ class ServerSpec(_Model):
         description="Health-gate deadline; a 1T model loads for tens of minutes.",
     )
     max_requests_in_flight: int | None = Field(
+        title="Max requests in flight (server)",
         default=None,
         ge=1,
         description="Server-wide cap on requests in flight across all partitions (None: the "
         "sum of the tiers' concurrency).",
     )
     max_tokens_in_flight: int | None = Field(
+        title="Max tokens in flight (server)",
         default=None,
         ge=1,
         description="Server-wide cap on prompt + max_tokens summed over requests in flight, "
