@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from prefect.states import State
 from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import PipelineConfig, ThroughputAlarm
 from eagle3_datagen.errors import ConfigError
-from eagle3_datagen.output import PartitionOutput, read_manifest, summarize, write_manifest
+from eagle3_datagen.output import PartitionOutput, read_manifest, summarize, update_manifest
 from eagle3_datagen.provenance import build_fingerprint, diff_content, parquet_metadata
 from eagle3_datagen.reporting import (
     SUMMARY_KEY,
@@ -175,6 +177,8 @@ async def datagen(
     flow_run = get_run_context().flow_run  # type: ignore[union-attr]
     assert flow_run is not None
     run_key = str(flow_run.id)
+    worker = os.environ.get("PREFECT__WORKER_NAME", "none")
+    logger.info(f"running on host {socket.gethostname()}, pid {os.getpid()}, worker {worker}")
     tokenizer = ChatTokenizer(
         config.model.tokenizer_dir,
         trust_remote_code=config.model.trust_remote_code,
@@ -191,9 +195,8 @@ async def datagen(
                 config, tokenizer, srv.facts.server_args, srv.facts.version
             )
             _guard_output(config, fingerprint, overwrite, logger)
-            manifest: dict[str, Any] = {"fingerprint": fingerprint, "status": "running",
-                                        "partitions": {}}  # fmt: skip
-            write_manifest(config.output_dir, manifest)
+            update_manifest(config.output_dir, fingerprint, {}, running=True)
+            results: dict[str, dict[str, Any]] = {}
             watcher = asyncio.create_task(_watch_throughput(config.throughput, meter, flow_run))
             try:
                 states = await asyncio.gather(
@@ -218,13 +221,12 @@ async def datagen(
 
         for name, state in zip(names, states, strict=True):
             if state.is_completed():
-                completed[name] = manifest["partitions"][name] = await state.aresult()
+                completed[name] = results[name] = {**await state.aresult(), "status": "completed"}
             else:
                 errors[name] = failure_reason(state.message, state.type.value)
-                manifest["partitions"][name] = {"partition": name, "status": state.type.value,
-                                                "error": state.message}  # fmt: skip
-        manifest["status"] = "failed" if errors else "completed"
-        write_manifest(config.output_dir, manifest)
+                results[name] = {"partition": name, "status": state.type.value.lower(),
+                                 "error": state.message}  # fmt: skip
+        manifest = update_manifest(config.output_dir, fingerprint, results)
     except BaseException as err:
         stopped = f"run stopped before it finished: {str(err) or type(err).__name__}"
         for name in names:

@@ -95,10 +95,31 @@ class ChatTokenizer:
             except Exception as err:  # jinja2 raises TemplateError, transformers ValueError, ...
                 out.append(RenderError(f"chat template failed: {err}"))
         if texts:
-            encoded = self.tok(texts, add_special_tokens=False)["input_ids"]
+            backend = self._rust_backend()
+            if backend is not None:
+                encoded = [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)]
+            else:
+                encoded = self.tok(texts, add_special_tokens=False)["input_ids"]
             for slot, ids in zip(slots, encoded, strict=True):
                 out[slot] = list(ids)
         return out
+
+    def _rust_backend(self) -> Any | None:
+        """The Rust tokenizer, when calling it directly gives exactly what ``self.tok(...)`` does.
+
+        Why: ``self.tok(texts)`` runs the same ``encode_batch`` but also computes offsets and
+        converts every encoding to dicts: ~40% of the encode CPU (benchmarks, part d). Only
+        when nothing would differ: no truncation or padding configured on the backend, special
+        tokens not split. Slow (Python) tokenizers have no backend and take ``self.tok``.
+        """
+        backend = getattr(self.tok, "_tokenizer", None)
+        if backend is None or not hasattr(backend, "encode_batch_fast"):
+            return None
+        if backend.truncation is not None or backend.padding is not None:
+            return None
+        if getattr(self.tok, "split_special_tokens", False) or backend.encode_special_tokens:
+            return None
+        return backend
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tok.decode(list(ids), skip_special_tokens=False))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_datagen.config import PipelineConfig, load_config
-from eagle3_datagen.errors import DatagenError
+from eagle3_datagen.errors import ConfigError, DatagenError
 
 
 def _prefect_env() -> None:
@@ -35,14 +35,29 @@ def run_pipeline(
     partitions: list[str] | None = None,
     server_url: str | None = None,
     overwrite: bool = False,
+    fan_out: str | None = None,
 ) -> tuple[bool, dict[str, Any] | str]:
-    """Run the parent flow in this process; return (completed, manifest or one-line reason)."""
+    """Run the parent flow in this process; return (completed, manifest or one-line reason).
+
+    With ``fan_out`` (a deployment name), each partition instead runs as a job of that
+    deployment on its work pool's workers, and this process only waits and merges.
+    """
     _prefect_env()
     from prefect.states import State
 
-    from flows.pipeline import datagen
-
     async def _run() -> State[dict[str, Any]]:
+        if fan_out:
+            from flows.fanout import datagen_fanout
+
+            return await datagen_fanout(
+                config=config,
+                partitions=partitions or None,
+                deployment=fan_out,
+                overwrite=overwrite,
+                return_state=True,
+            )
+        from flows.pipeline import datagen
+
         return await datagen(
             config=config,
             partitions=partitions or None,
@@ -78,8 +93,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = config.model_copy(update=updates)
     for name in args.partition or []:
         config.partition(name)
+    if args.fan_out and args.server_url:
+        raise ConfigError("--fan-out and --server-url exclude each other: each job has its server")
     ok, result = run_pipeline(
-        config, partitions=args.partition, server_url=args.server_url, overwrite=args.overwrite
+        config,
+        partitions=args.partition,
+        server_url=args.server_url,
+        overwrite=args.overwrite,
+        fan_out=args.fan_out,
     )
     if not ok:
         print(f"eagle3-datagen: run failed: {result}", file=sys.stderr)
@@ -155,6 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output", metavar="DIR", help="output directory (overrides the config)")
     run.add_argument(
         "--overwrite", action="store_true", help="allow writing over data of another fingerprint"
+    )
+    run.add_argument(
+        "--fan-out",
+        metavar="DEPLOYMENT",
+        nargs="?",
+        const="eagle3-datagen/partition-job",
+        help="run each partition as a job of this deployment on its work pool's workers "
+        "(default: eagle3-datagen/partition-job); needs PREFECT_API_URL",
     )
     run.set_defaults(func=cmd_run)
 

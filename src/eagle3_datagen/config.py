@@ -185,7 +185,11 @@ class ServerSpec(_Model):
     )
     host: str = Field(title="Host", default="127.0.0.1", description="Launch mode: --host.")
     port: int = Field(
-        title="Port", default=DEFAULT_PORT, ge=1, le=65535, description="Launch mode: --port."
+        title="Port",
+        default=DEFAULT_PORT,
+        ge=0,
+        le=65535,
+        description="Launch mode: --port; 0 picks a free port (several servers on one node).",
     )
     tp_size: int = Field(
         title="Tensor parallel size",

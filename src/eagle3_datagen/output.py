@@ -191,6 +191,33 @@ def write_manifest(root: str | Path, manifest: dict[str, Any]) -> Path:
     return path
 
 
+def update_manifest(
+    root: str | Path,
+    fingerprint: dict[str, Any],
+    partitions: dict[str, dict[str, Any]],
+    *,
+    running: bool = False,
+) -> dict[str, Any]:
+    """Write the manifest, keeping other partitions' entries made under the same fingerprint.
+
+    Runs that each handle some partitions of one output directory (a partial rerun, or partition
+    jobs fanned out to several machines) then share one manifest instead of overwriting it.
+    """
+    old = read_manifest(root)
+    merged: dict[str, dict[str, Any]] = {}
+    if old and old.get("fingerprint", {}).get("content_sha256") == fingerprint["content_sha256"]:
+        merged.update(old.get("partitions", {}))
+    merged.update(partitions)
+    failed = any(p.get("status", "completed") != "completed" for p in merged.values())
+    manifest = {
+        "fingerprint": fingerprint,
+        "status": "running" if running else "failed" if failed else "completed",
+        "partitions": dict(sorted(merged.items())),
+    }
+    write_manifest(root, manifest)
+    return manifest
+
+
 def read_manifest(root: str | Path) -> dict[str, Any] | None:
     path = Path(root) / MANIFEST
     try:

@@ -8,6 +8,7 @@ gate and checks, waits for a lost server to come back, and never stops a server 
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -36,6 +37,12 @@ def budget_for(key: str | None) -> ServerBudget | None:
     return _BUDGETS.get(key) if key else None
 
 
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 @dataclass(slots=True)
 class ServerSession:
     """A server that passed the gate: where it is and what it reported about itself."""
@@ -59,6 +66,8 @@ async def open_server(
 ) -> AsyncIterator[ServerSession]:
     """Yield a healthy, checked server; a launched one is stopped when the block exits."""
     server = config.server
+    if server.mode == "launch" and server.port == 0:
+        server = server.model_copy(update={"port": _free_port(server.host)})
     api_key = resolve_api_key(server)
     attach_url = server_url or (server.url if server.mode == "attach" else None)
     url = (attach_url or server.base_url).rstrip("/")

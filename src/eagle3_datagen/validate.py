@@ -11,6 +11,7 @@ finished dataset (``eagle3-datagen validate``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from eagle3_datagen.chat_tokenizer import ChatTokenizer
@@ -137,7 +138,7 @@ def validate_output(
             "end_of_turn_inside",
             f"end-of-turn token at position {list(body).index(ids.end_of_turn)}",
         )
-    roles = [i for i, t in enumerate(output_ids) if t in ids.role_ids]
+    roles = [] if ids.role_ids.isdisjoint(output_ids) else _where(output_ids, ids.role_ids)
     if roles:
         v.fail(
             "role_token_in_output",
@@ -159,12 +160,31 @@ def validate_output(
     return v
 
 
+def _where(output_ids: Sequence[int], tokens: AbstractSet[int]) -> list[int]:
+    """Positions of ``tokens`` in ``output_ids``, scanned at C speed (``list.index``).
+
+    Why: a Python loop over every output id costs ~0.3 us per id per rule, i.e. milliseconds
+    per record for long generations; the tokens searched for are rare.
+    """
+    found: list[int] = []
+    for tok in tokens:
+        i = -1
+        while True:
+            try:
+                i = output_ids.index(tok, i + 1)
+            except ValueError:
+                break
+            found.append(i)
+    found.sort()
+    return found
+
+
 def _check_thinking(
     prompt_ids: Sequence[int], output_ids: Sequence[int], ids: TokenIds, v: Verdict
 ) -> int | None:
     """Check the reasoning block; return where the answer starts (None: still reasoning)."""
-    starts = [i for i, t in enumerate(output_ids) if t == ids.think_start]
-    ends = [i for i, t in enumerate(output_ids) if t == ids.think_end]
+    starts = _where(output_ids, {ids.think_start})
+    ends = _where(output_ids, {ids.think_end})
     if ends:
         v.think_end_index = ends[0]
     mode = ids.thinking
@@ -214,9 +234,9 @@ def _check_tool_calls(
 ) -> None:
     """Sections are balanced; each call is begin, argument-begin, end; several calls allowed."""
     tool_ids = t.all
-    positions = [i for i, tok in enumerate(output_ids) if tok in tool_ids]
-    if not positions:
+    if tool_ids.isdisjoint(output_ids):
         return
+    positions = _where(output_ids, tool_ids)
     if answer_start is None or positions[0] < answer_start:
         v.fail("tool_call_in_reasoning", f"tool-call token at position {positions[0]} "
                "before the reasoning block closed")  # fmt: skip

@@ -176,6 +176,7 @@ def deployed(prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFac
     """The work pool, the repo's deployments (as the README says) and one process worker."""
     srv = prefect_server
     srv.cli("work-pool", "create", "gpu-process", "--type", "process")
+    srv.cli("work-pool", "create", "cpu-process", "--type", "process")
     srv.cli("--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
     log = tmp_path_factory.mktemp("worker") / "worker.log"
     srv.start("worker", "start", "--pool", "gpu-process", "--name", "e2e-gpu-node", log=log)

@@ -1,0 +1,99 @@
+"""Partitions across machines: one partition job per partition, run by a work pool's workers.
+
+Each job is a run of the ``eagle3-datagen`` deployment with one partition: the worker that
+picks it up launches its own SGLang server on its own GPUs, and all jobs write to one shared
+output directory (a shared filesystem). Prefect's work pool is the scheduler: add GPU nodes by
+starting workers on them. A retried fan-out finds its finished jobs by idempotency key and runs
+only the ones that did not complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.client.schemas.objects import FlowRun
+from prefect.context import get_run_context
+from prefect.deployments.flow_runs import arun_deployment
+
+from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.output import PartitionOutput, read_manifest, summarize, update_manifest
+
+PARTITION_DEPLOYMENT = "eagle3-datagen/partition-job"
+
+
+class FanOutFailed(Exception):
+    """Some partition jobs did not complete; the message names them."""
+
+
+@flow(name="eagle3-datagen-fanout", flow_run_name="fanout-{config.output_dir}")
+async def datagen_fanout(
+    config: PipelineConfig,
+    partitions: list[str] | None = None,
+    deployment: str = PARTITION_DEPLOYMENT,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Run each partition as its own job on the work pool; merge their results.
+
+    Args:
+        config: The pipeline configuration; ``output_dir`` must be on a filesystem that every
+            worker node shares.
+        partitions: Names of the partitions to run; empty runs all of them.
+        deployment: The deployment of the ``eagle3-datagen`` flow that runs one partition.
+        overwrite: Passed to each job (delete data made with other settings).
+    """
+    logger = get_run_logger()
+    names = partitions or [p.name for p in config.partitions]
+    for name in names:
+        config.partition(name)
+    parent = get_run_context().flow_run  # type: ignore[union-attr]
+    assert parent is not None
+    params = config.model_dump(mode="json")
+
+    async def job(name: str) -> FlowRun:
+        key = f"{parent.id}/{name}"
+        run = await _run(deployment, params, name, overwrite, key)
+        if not _completed(run) and parent.run_count > 1:
+            # A retried fan-out: the earlier job of this partition failed, so start a new one.
+            run = await _run(deployment, params, name, overwrite, f"{key}/retry-{parent.run_count}")
+        return run
+
+    runs = await asyncio.gather(*(job(n) for n in names))
+    failed = {n: r for n, r in zip(names, runs, strict=True) if not _completed(r)}
+    for name, run in zip(names, runs, strict=True):
+        state = run.state.type.value if run.state else "UNKNOWN"
+        logger.info(f"partition {name}: job {run.name} ({run.id}) ended {state}")
+
+    # The jobs wrote their own manifests concurrently; settle the final one from disk.
+    manifest = read_manifest(config.output_dir)
+    if manifest is not None:
+        entries: dict[str, dict[str, Any]] = {}
+        for name in names:
+            summary = summarize(name, PartitionOutput(config.output_dir, name).batch_summaries())
+            entries[name] = {**summary, "status": "failed" if name in failed else "completed"}
+        manifest = update_manifest(config.output_dir, manifest["fingerprint"], entries)
+    if failed:
+        detail = "; ".join(
+            f"{n}: {r.state.message if r.state else 'no state'}" for n, r in failed.items()
+        )
+        raise FanOutFailed(f"{len(failed)} of {len(names)} partition jobs failed: {detail}")
+    return manifest or {}
+
+
+async def _run(
+    deployment: str, config: dict[str, Any], name: str, overwrite: bool, key: str
+) -> FlowRun:
+    return await arun_deployment(
+        name=deployment,
+        parameters={"config": config, "partitions": [name], "overwrite": overwrite},
+        flow_run_name=f"partition-job-{name}",
+        idempotency_key=key,
+        timeout=None,  # partitions take hours; wait for the job, however long
+        poll_interval=5,
+        as_subflow=True,
+    )
+
+
+def _completed(run: FlowRun) -> bool:
+    return run.state is not None and run.state.is_completed()

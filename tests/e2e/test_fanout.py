@@ -1,0 +1,127 @@
+"""Partitions across machines: a fan-out over a work pool with two workers, each partition once.
+
+Two process workers stand in for two GPU nodes (``--limit 1``: one partition job, one server
+at a time each); every job launches its own emulator on a free port and writes to one shared
+output directory. A retried fan-out (same flow run) must not run any partition again.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from eagle3_datagen.demo import TOKENIZER_DIR
+from tests.conftest import REPO
+from tests.e2e.conftest import PrefectServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def write_partition(path: Path, prefix: str, n: int) -> list[str]:
+    ids = [f"{prefix}-{i:03d}" for i in range(n)]
+    path.write_text(
+        "".join(
+            json.dumps({"id": pid, "messages": [{"role": "user", "content": f"{prefix} {i}"}]})
+            + "\n"
+            for i, pid in enumerate(ids)
+        )
+    )
+    return ids
+
+
+def job_runs(srv: PrefectServer) -> list[dict]:  # type: ignore[type-arg]
+    deps = srv.post("/deployments/filter", {"deployments": {"name": {"any_": ["partition-job"]}}})
+    return list(
+        srv.post("/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [deps[0]["id"]]}}})
+    )
+
+
+def test_fan_out_runs_each_partition_once_across_two_workers(
+    prefect_server: PrefectServer, deployed: Path, tmp_path: Path
+) -> None:
+    srv = prefect_server
+    srv.cli("work-pool", "create", "gpu-fanout", "--type", "process")
+    out = srv.cli("--no-prompt", "deploy", "--name", "partition-job", "--pool", "gpu-fanout",
+                  "--prefect-file", "deployments/prefect.yaml")  # fmt: skip
+    assert "partition-job" in out
+    for name in ("fan-a", "fan-b"):
+        srv.start("worker", "start", "--pool", "gpu-fanout", "--name", name, "--limit", "1",
+                  log=tmp_path / f"{name}.log")  # fmt: skip
+
+    parts = {name: write_partition(tmp_path / f"{name}.jsonl", name, 30) for name in "xyz"}
+    config = {
+        "model": {"path": str(TOKENIZER_DIR)},
+        "server": {"mode": "launch", "engine": "emulator", "port": 0, "startup_timeout_s": 60,
+                   "extra_args": ["--emu-running-slots", "4", "--emu-decode-ms-per-token", "5"]},
+        "tiers": [{"name": "SHORT", "concurrency": 8, "max_tokens": 1024}],
+        "partitions": [{"name": n, "input": str(tmp_path / f"{n}.jsonl"), "tier": "SHORT"}
+                       for n in parts],
+        "output_dir": str(tmp_path / "shared-out"),
+        "batch_size": 8,
+    }  # fmt: skip
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    run = subprocess.run(
+        [sys.executable, "-m", "eagle3_datagen.cli", "run", str(cfg), "--fan-out"],
+        cwd=REPO, env=srv.env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+
+    jobs = job_runs(srv)
+    assert sorted(j["name"] for j in jobs) == [f"partition-job-{n}" for n in "xyz"]
+    assert all(j["state_type"] == "COMPLETED" for j in jobs)
+    workers = set()
+    for job in jobs:
+        logs = srv.post("/logs/filter", {"logs": {"flow_run_id": {"any_": [job["id"]]}}})
+        workers |= {
+            w for entry in logs for w in ("fan-a", "fan-b") if f"worker {w}" in entry["message"]
+        }
+    assert workers == {"fan-a", "fan-b"}, "the partitions ran on both workers"
+
+    shared = Path(config["output_dir"])
+    for name, ids in parts.items():
+        table = pq.read_table(sorted((shared / name).glob("part-*.parquet")))
+        assert sorted(table.column("id").to_pylist()) == ids  # each record exactly once
+    manifest = json.loads((shared / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert {n: p["accepted"] for n, p in manifest["partitions"].items()} == {n: 30 for n in "xyz"}
+
+    # Retrying the fan-out (same flow run, same idempotency keys) runs no partition again.
+    [parent] = srv.post("/flow_runs/filter",
+                        {"flows": {"name": {"any_": ["eagle3-datagen-fanout"]}}})  # fmt: skip
+    retry = subprocess.run(
+        [sys.executable, "-c", RETRY, parent["id"]],
+        cwd=REPO, env=srv.env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert retry.returncode == 0, retry.stderr[-3000:]
+    again = srv.get(f"/flow_runs/{parent['id']}")
+    assert again["state_type"] == "COMPLETED" and again["run_count"] == 2
+    assert len(job_runs(srv)) == 3
+
+
+# What `prefect flow-run retry ID --entrypoint flows/fanout.py:datagen_fanout` does, with the
+# `await` that Prefect 3.9.1's CLI misses for async flows (it leaves the run Scheduled).
+RETRY = """
+import asyncio, sys
+from prefect.client.orchestration import get_client
+from prefect.flow_engine import run_flow
+from prefect.states import Scheduled
+from flows.fanout import datagen_fanout
+
+async def main(run_id):
+    async with get_client() as client:
+        await client.set_flow_run_state(run_id, Scheduled(), force=True)
+        flow_run = await client.read_flow_run(run_id)
+    params = datagen_fanout.validate_parameters(flow_run.parameters)
+    state = await run_flow(datagen_fanout, flow_run=flow_run, parameters=params,
+                           return_type="state")
+    assert state.is_completed(), state
+
+asyncio.run(main(sys.argv[1]))
+"""
