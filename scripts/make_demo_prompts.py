@@ -1,7 +1,8 @@
 """Write the demo partitions in ``src/eagle3_datagen/assets/demo`` (committed; rerun to change).
 
 The short partition deliberately holds three bad lines (invalid JSON, no messages, an unknown
-role) so the demo shows rejects with file, line and reason next to the accepted records.
+role) and one repeated prompt, so the demo shows rejects with file, line and reason next to the
+accepted records.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def short_lines() -> list[str]:
                  "function": {"name": "get_weather", "arguments": "{\"city\": \"Berlin\"}"}}]},
                 {"role": "tool", "tool_call_id": "get_weather:0", "content": "sunny, 21 C"}]}
         elif kind == 4:
-            row = {"messages": [{"role": "user", "content": [{"type": "text", "text": f"Explain {topic} briefly."}]}]}
+            row = {"messages": [{"role": "user", "content": [{"type": "text", "text": f"Explain {topic} briefly ({i})."}]}]}
         else:
             row = {"id": f"short-{i:03d}", "messages": [
                 {"role": "user", "content": f"Define {topic}."},
@@ -66,6 +67,7 @@ def short_lines() -> list[str]:
     lines.insert(10, '{"id": "bad-json", "messages": [{"role": "user", "content": "unterminated}')
     lines.insert(25, json.dumps({"id": "bad-no-messages", "prompt": "where are my messages?"}))
     lines.insert(40, json.dumps({"id": "bad-role", "messages": [{"role": "wizard", "content": "hi"}]}))
+    lines.append(lines[0])  # the same prompt twice: the second is rejected as a duplicate id
     return lines
 
 

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 DEMO = "eagle3-datagen/demo"
 PROGRESS_LINE = re.compile(
-    r"^demo_short: \d+/63 \(\d+ err\) [\d.]+ req/s avg_comp=\d+tok \d+ tok/s ETA=\S+$"
+    r"^demo_short: \d+/64 \(\d+ err\) [\d.]+ req/s avg_comp=\d+tok \d+ tok/s ETA=\S+$"
 )
 
 
@@ -146,7 +146,7 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
     assert set(subs) == {"partition-demo_short", "partition-demo_long"}
 
     # One progress artifact per partition, at 100% with the progress line as its description.
-    for name, counts in (("demo_short", "63/63"), ("demo_long", "24/24")):
+    for name, counts in (("demo_short", "64/64"), ("demo_long", "24/24")):
         sub_id = subs[f"partition-{name}"]["id"]
         [progress] = artifacts(srv, [sub_id], f"progress-{name.replace('_', '-')}")
         assert progress["type"] == "progress" and progress["data"] == 100
@@ -163,13 +163,13 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
     assert summary["type"] == "table"
     rows = {row["partition"]: row for row in json.loads(summary["data"])}
     short, long_ = rows["demo_short"], rows["demo_long"]
-    assert (short["status"], short["accepted"], short["rejected"]) == ("completed", 55, 8)
-    assert short["rejected_by_reason"] == "bad_input=3, duplicate_id=5"
+    assert (short["status"], short["accepted"], short["rejected"]) == ("completed", 60, 4)
+    assert short["rejected_by_reason"] == "bad_input=3, duplicate_id=1"
     assert (long_["accepted"], long_["rejected"]) == (24, 0)
     for row in (short, long_):
         assert row["truncation_rate"].endswith("%") and row["tok_per_s"] > 0
         assert re.fullmatch(r"[\d.]+s|\d+m\d\ds", row["wall_time"])
-    assert summary["description"].startswith("2 partitions, 79 records accepted")
+    assert summary["description"].startswith("2 partitions, 84 records accepted")
 
 
 def test_low_throughput_raises_one_alarm_per_dip(prefect_server: PrefectServer, runs: Runs) -> None:

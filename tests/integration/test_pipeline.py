@@ -81,6 +81,8 @@ def test_demo_dataset_holds_exact_tokens(tmp_path: Path, chat_tokenizer: ChatTok
     assert by_id["bad-no-messages"]["reason"].startswith(f"{short_file}:26: missing 'messages'")
     assert "unknown role 'wizard'" in by_id["bad-role"]["reason"]
     assert by_id["bad-role"]["source_line"] == 41
+    [dup] = [r for r in short_rejects if r["reason_code"] == "duplicate_id"]
+    assert dup["source_line"] == 64 and "already used on line 1" in dup["reason"]
 
     written = json.loads((Path(config.output_dir) / "manifest.json").read_text())
     assert written["status"] == "completed"

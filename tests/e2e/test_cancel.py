@@ -1,0 +1,49 @@
+"""Cancelling a deployment run mid-partition from Prefect stops the server it launched."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from eagle3_datagen.demo import demo_config
+from eagle3_datagen.sglang.orphans import pid_alive
+from tests.e2e.conftest import PrefectServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def test_cancelled_run_leaves_no_server_process(
+    prefect_server: PrefectServer, deployed: Path, tmp_path: Path
+) -> None:
+    srv = prefect_server
+    config = demo_config(tmp_path / "out").model_dump(mode="json")
+    # Slow enough that the run is still generating when we cancel it.
+    config["server"]["extra_args"] += [
+        "--emu-decode-ms-per-token",
+        "50",
+        "--emu-running-slots",
+        "2",
+    ]
+    run_id = srv.run_deployment("eagle3-datagen/demo", {"config": config})
+
+    ledger = tmp_path / "out" / "emulator-ledger.jsonl"
+    state_dir = tmp_path / "out" / ".state" / "servers"
+    deadline = time.monotonic() + 240
+    while not (ledger.exists() and ledger.read_bytes().count(b"\n") >= 3):
+        assert time.monotonic() < deadline, srv.get(f"/flow_runs/{run_id}")["state"]
+        time.sleep(0.5)
+    [pidfile] = list(state_dir.glob("*.json"))
+    pid = json.loads(pidfile.read_text())["pid"]
+    assert pid_alive(pid)
+
+    srv.cli("flow-run", "cancel", run_id)
+    run = srv.wait_final(run_id, timeout=180)
+    assert run["state_type"] == "CANCELLED"
+    deadline = time.monotonic() + 60
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not pid_alive(pid), f"server pid {pid} outlived its cancelled run"
+    assert not list(state_dir.glob("*.json")), "the pidfile was cleaned up"
