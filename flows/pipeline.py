@@ -206,6 +206,7 @@ async def datagen(
                             partition=name,
                             server_url=srv.url,
                             context_length=srv.facts.context_length,
+                            max_req_input_len=srv.facts.max_req_input_len,
                             parquet_metadata=parquet_metadata(fingerprint),
                             supervisor_key=srv.supervisor_key,
                             run_key=run_key,

@@ -97,7 +97,9 @@ class ChatTokenizer:
         if texts:
             backend = self._rust_backend()
             if backend is not None:
-                encoded = [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)]
+                encoded = [
+                    e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)
+                ]
             else:
                 encoded = self.tok(texts, add_special_tokens=False)["input_ids"]
             for slot, ids in zip(slots, encoded, strict=True):

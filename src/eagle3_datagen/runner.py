@@ -31,6 +31,7 @@ from eagle3_datagen.prompts import (
 )
 from eagle3_datagen.records import Record, Reject
 from eagle3_datagen.sglang.client import GenerateResult
+from eagle3_datagen.sglang.preflight import length_rejection
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
 from eagle3_datagen.validate import TokenIds, validate_output
 
@@ -97,6 +98,7 @@ class PartitionRunner:
         client: GenerateClient,
         output: PartitionOutput,
         context_length: int | None = None,
+        max_req_input_len: int | None = None,
         metadata: dict[str, str] | None = None,
         duplicates: dict[int, int] | None = None,
         supervisor: ServerSupervisor | None = None,
@@ -110,6 +112,7 @@ class PartitionRunner:
         self.client = client
         self.output = output
         self.context_length = context_length
+        self.max_req_input_len = max_req_input_len
         self.metadata = metadata or {}
         self.duplicates = duplicates or {}  # line -> earlier line with the same id
         self.supervisor = supervisor
@@ -265,15 +268,12 @@ class PartitionRunner:
         return [t.result() for t in tasks]
 
     def _too_long(self, prompt_len: int) -> str | None:
-        ctx = self.context_length
-        if ctx is None:
+        if self.context_length is None:
             return None
-        if prompt_len >= ctx or prompt_len + self.tier.max_tokens > ctx:
-            return (
-                f"prompt of {prompt_len} tokens + max_tokens {self.tier.max_tokens} does not fit "
-                f"the server's context length of {ctx} tokens"
-            )
-        return None
+        reason = length_rejection(
+            prompt_len, self.tier.max_tokens, self.context_length, self.max_req_input_len
+        )
+        return reason.removeprefix("prompt_too_long: ") if reason else None
 
     async def _generate(
         self, prompt: Prompt, prompt_ids: list[int]

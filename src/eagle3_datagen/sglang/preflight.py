@@ -84,30 +84,39 @@ class ServerFacts:
     warnings: list[str] = field(default_factory=list)
 
     def fits(self, prompt_len: int, max_new_tokens: int) -> str | None:
-        """Why SGLang would reject this request for its length, or None if it fits.
+        """Why SGLang would reject this request for its length, or None if it fits."""
+        return length_rejection(
+            prompt_len, max_new_tokens, self.context_length, self.max_req_input_len
+        )
 
-        SGLang's rules (sglang-api.md §4): the prompt alone must be shorter than the context,
-        prompt + max_new_tokens must not exceed it, and the scheduler aborts prompts of
-        ``max_req_input_len`` tokens or more (a smaller KV pool can make that bind first).
-        """
-        ctx = self.context_length
-        if prompt_len >= ctx:
-            return (
-                f"prompt_too_long: the prompt ({prompt_len} tokens) is not shorter than the "
-                f"context length ({ctx} tokens)"
-            )
-        if prompt_len + max_new_tokens > ctx:
-            return (
-                f"prompt_too_long: prompt ({prompt_len} tokens) + max_new_tokens "
-                f"({max_new_tokens}) = {prompt_len + max_new_tokens} exceeds the context length "
-                f"({ctx} tokens)"
-            )
-        if self.max_req_input_len is not None and prompt_len >= self.max_req_input_len:
-            return (
-                f"prompt_too_long: the prompt ({prompt_len} tokens) reaches the server's "
-                f"max_req_input_len ({self.max_req_input_len} tokens)"
-            )
-        return None
+
+def length_rejection(
+    prompt_len: int, max_new_tokens: int, context_length: int, max_req_input_len: int | None
+) -> str | None:
+    """Why SGLang would reject a request for its length (``prompt_too_long: ...``), or None.
+
+    SGLang's rules (sglang-api.md §4): the prompt alone must be shorter than the context,
+    prompt + max_new_tokens must not exceed it, and the scheduler aborts prompts of
+    ``max_req_input_len`` tokens or more (a smaller KV pool can make that bind first).
+    """
+    ctx = context_length
+    if prompt_len >= ctx:
+        return (
+            f"prompt_too_long: the prompt ({prompt_len} tokens) is not shorter than the "
+            f"context length ({ctx} tokens)"
+        )
+    if prompt_len + max_new_tokens > ctx:
+        return (
+            f"prompt_too_long: prompt ({prompt_len} tokens) + max_new_tokens "
+            f"({max_new_tokens}) = {prompt_len + max_new_tokens} exceeds the context length "
+            f"({ctx} tokens)"
+        )
+    if max_req_input_len is not None and prompt_len >= max_req_input_len:
+        return (
+            f"prompt_too_long: the prompt ({prompt_len} tokens) reaches the server's "
+            f"max_req_input_len ({max_req_input_len} tokens)"
+        )
+    return None
 
 
 def _positive_int(value: Any) -> int | None:
