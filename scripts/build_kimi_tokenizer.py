@@ -1,4 +1,4 @@
-"""Build the small Kimi-K2.5-style tokenizer shipped in ``src/eagle3_datagen/assets/kimi-k2.5-mini``.
+"""Build the small Kimi-K2.5-style tokenizer in ``src/eagle3_datagen/assets/kimi-k2.5-mini``.
 
 Why: tests and the demo need a tokenizer that behaves like Kimi-K2.5's (same special tokens, same
 chat-template shape, generation prompt ending in ``<think>``) without downloading a 1T model.
@@ -18,7 +18,9 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-OUT_DIR = Path(__file__).resolve().parents[1] / "src" / "eagle3_datagen" / "assets" / "kimi-k2.5-mini"
+OUT_DIR = (
+    Path(__file__).resolve().parents[1] / "src" / "eagle3_datagen" / "assets" / "kimi-k2.5-mini"
+)
 VOCAB_SIZE = 2048  # BPE ranks, before the special tokens
 
 # Kimi-K2's special-token block, in id order from 163584 ("reserved" fills the gaps).
@@ -111,7 +113,9 @@ def build() -> None:
         special_tokens=[],
     )
     tokenizer.train_from_iterator([CORPUS] * 4, trainer=trainer)
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS]
+    )
 
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(OUT_DIR / "tokenizer.json"))
@@ -142,7 +146,8 @@ def build() -> None:
         "pad_token_id": ids["[PAD]"],
         "vocab_size": tokenizer.get_vocab_size(),
         "max_position_embeddings": 262144,
-        "_comment": "Tiny stand-in for Kimi-K2.5's tokenizer; no weights. See scripts/build_kimi_tokenizer.py.",
+        "_comment": "Tiny stand-in for Kimi-K2.5's tokenizer; no weights. "
+        "See scripts/build_kimi_tokenizer.py.",
     }
     (OUT_DIR / "config.json").write_text(json.dumps(model_config, indent=2) + "\n")
     generation_config = {"eos_token_id": [ids["<|im_end|>"], ids["[EOS]"]]}

@@ -31,8 +31,10 @@ SEARCH_TOOL = {
         "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
     },
 }
-TOPICS = ["Paris", "Tokyo", "prime numbers", "binary search", "the French revolution",
-          "photosynthesis", "speculative decoding", "a Python list", "sorting", "black holes"]  # fmt: skip
+TOPICS = [
+    "Paris", "Tokyo", "prime numbers", "binary search", "the French revolution",
+    "photosynthesis", "speculative decoding", "a Python list", "sorting", "black holes",
+]  # fmt: skip
 
 
 def short_lines() -> list[str]:
@@ -41,32 +43,72 @@ def short_lines() -> list[str]:
         topic = TOPICS[i % len(TOPICS)]
         kind = i % 6
         if kind == 0:
-            row = {"id": f"short-{i:03d}", "messages": [{"role": "user", "content": f"Tell me about {topic}."}]}
+            row = {
+                "id": f"short-{i:03d}",
+                "messages": [{"role": "user", "content": f"Tell me about {topic}."}],
+            }
         elif kind == 1:
-            row = {"id": f"short-{i:03d}", "messages": [
-                {"role": "system", "content": "You are a helpful assistant."},
-                {"role": "user", "content": f"What is {i} + {i}?"},
-                {"role": "assistant", "content": "An old answer that gets regenerated."}]}
+            row = {
+                "id": f"short-{i:03d}",
+                "messages": [
+                    {"role": "system", "content": "You are a helpful assistant."},
+                    {"role": "user", "content": f"What is {i} + {i}?"},
+                    {"role": "assistant", "content": "An old answer that gets regenerated."},
+                ],
+            }
         elif kind == 2:
-            row = {"id": f"short-{i:03d}", "tools": [WEATHER_TOOL, SEARCH_TOOL], "messages": [
-                {"role": "user", "content": f"What is the weather in {topic}?"}]}
+            row = {
+                "id": f"short-{i:03d}",
+                "tools": [WEATHER_TOOL, SEARCH_TOOL],
+                "messages": [{"role": "user", "content": f"What is the weather in {topic}?"}],
+            }
         elif kind == 3:
-            row = {"id": f"short-{i:03d}", "tools": [WEATHER_TOOL], "messages": [
-                {"role": "user", "content": "Weather in Berlin?"},
-                {"role": "assistant", "content": "", "tool_calls": [{"id": "get_weather:0", "type": "function",
-                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Berlin\"}"}}]},
-                {"role": "tool", "tool_call_id": "get_weather:0", "content": "sunny, 21 C"}]}
+            row = {
+                "id": f"short-{i:03d}",
+                "tools": [WEATHER_TOOL],
+                "messages": [
+                    {"role": "user", "content": "Weather in Berlin?"},
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {
+                                "id": "get_weather:0",
+                                "type": "function",
+                                "function": {
+                                    "name": "get_weather",
+                                    "arguments": '{"city": "Berlin"}',
+                                },
+                            }
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "get_weather:0", "content": "sunny, 21 C"},
+                ],
+            }
         elif kind == 4:
-            row = {"messages": [{"role": "user", "content": [{"type": "text", "text": f"Explain {topic} briefly ({i})."}]}]}
+            row = {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": f"Explain {topic} briefly ({i})."}],
+                    }
+                ]
+            }
         else:
-            row = {"id": f"short-{i:03d}", "messages": [
-                {"role": "user", "content": f"Define {topic}."},
-                {"role": "assistant", "content": "A definition."},
-                {"role": "user", "content": "Now give an example."}]}
+            row = {
+                "id": f"short-{i:03d}",
+                "messages": [
+                    {"role": "user", "content": f"Define {topic}."},
+                    {"role": "assistant", "content": "A definition."},
+                    {"role": "user", "content": "Now give an example."},
+                ],
+            }
         lines.append(json.dumps(row))
     lines.insert(10, '{"id": "bad-json", "messages": [{"role": "user", "content": "unterminated}')
     lines.insert(25, json.dumps({"id": "bad-no-messages", "prompt": "where are my messages?"}))
-    lines.insert(40, json.dumps({"id": "bad-role", "messages": [{"role": "wizard", "content": "hi"}]}))
+    lines.insert(
+        40, json.dumps({"id": "bad-role", "messages": [{"role": "wizard", "content": "hi"}]})
+    )
     lines.append(lines[0])  # the same prompt twice: the second is rejected as a duplicate id
     return lines
 
@@ -75,9 +117,22 @@ def long_lines() -> list[str]:
     lines = []
     for i in range(24):
         topic = TOPICS[i % len(TOPICS)]
-        text = " ".join([f"Section {k}: a long discussion of {topic} with many details." for k in range(8)])
-        lines.append(json.dumps({"id": f"long-{i:03d}", "messages": [
-            {"role": "user", "content": f"Summarise this document and reason carefully.\n{text}"}]}))
+        text = " ".join(
+            [f"Section {k}: a long discussion of {topic} with many details." for k in range(8)]
+        )
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"long-{i:03d}",
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": f"Summarise this document and reason carefully.\n{text}",
+                        }
+                    ],
+                }
+            )
+        )
     return lines
 
 
