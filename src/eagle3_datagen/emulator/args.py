@@ -7,18 +7,15 @@ emulator does not know are kept (with a warning), so a launcher written for real
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 import sys
 from dataclasses import dataclass, fields
 from typing import Any
 
+from eagle3_datagen.redact import redact_argv as _redact
+
 SGLANG_VERSION = "0.5.23"
 REDACTED = "<redacted>"
-# Flags whose value is a secret (--api-key, --admin-api-key, --hf-token, ...), known or not.
-_SECRET_FLAG = re.compile(
-    r"^--(?:[a-z0-9-]*-)?(?:api-key|key|token|secret|password|passwd)$", re.IGNORECASE
-)
 
 
 # (flags, type or "bool", default, help) of the sglang.launch_server flags the emulator knows.
@@ -193,23 +190,7 @@ class EmulatorArgs:
 
 def redact_argv(argv: list[str]) -> list[str]:
     """``argv`` with the value of every secret flag (``--api-key K``, ``--x-token=K``) hidden."""
-    out: list[str] = []
-    hide = False
-    for arg in argv:
-        if hide:
-            out.append(REDACTED)
-            hide = False
-            continue
-        name, eq, _ = arg.partition("=")
-        if arg.startswith("--") and _SECRET_FLAG.match(name):
-            if eq:
-                out.append(f"{name}={REDACTED}")
-            else:
-                out.append(arg)
-                hide = True
-            continue
-        out.append(arg)
-    return out
+    return _redact(argv, mask=REDACTED)
 
 
 def parse_args(argv: list[str] | None = None) -> EmulatorArgs:

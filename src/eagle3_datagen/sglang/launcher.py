@@ -32,6 +32,7 @@ from typing import IO, Self
 
 from eagle3_datagen.config import ModelSpec, ServerSpec
 from eagle3_datagen.errors import ConfigError, ServerStartupError
+from eagle3_datagen.redact import redact_argv
 from eagle3_datagen.sglang.orphans import (
     ServerRecord,
     pidfile_path,
@@ -47,11 +48,6 @@ EMULATOR_MODULE = "eagle3_datagen.emulator"
 DEFAULT_STOP_GRACE_S = 30.0
 REDACTED = "***"
 
-# Flags whose value is a secret: --api-key, --admin-api-key, --hf-token, --*-secret, --*-password.
-_SECRET_FLAG = re.compile(
-    r"^--(?:[a-z0-9-]*-)?(?:api-key|key|token|secret|password|passwd)$|^--[a-z0-9-]*secret",
-    re.IGNORECASE,
-)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -123,31 +119,8 @@ def build_launch_command(
 
 
 def redacted(cmd: Sequence[str], secrets: Iterable[str] = ()) -> list[str]:
-    """``cmd`` with the value of every secret flag (``--api-key K``, ``--api-key=K``) as ``***``.
-
-    Also replaces any occurrence of the given ``secrets`` anywhere, so a key passed in an
-    unexpected place (an extra arg, an env-style argument) is hidden too.
-    """
-    known = [s for s in secrets if s]
-    out: list[str] = []
-    hide_next = False
-    for arg in cmd:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        name, eq, _ = arg.partition("=")
-        if arg.startswith("--") and _SECRET_FLAG.match(name):
-            if eq:
-                out.append(f"{name}={REDACTED}")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        for secret in known:
-            arg = arg.replace(secret, REDACTED)
-        out.append(arg)
-    return out
+    """``cmd`` with the value of every secret flag, and every given secret, as ``***``."""
+    return redact_argv(cmd, secrets, REDACTED)
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
