@@ -212,7 +212,9 @@ def test_stream_abort_mid_generation(slow_emu: Emu, prompt: list[int]) -> None:
     emu = slow_emu
     body = {"input_ids": prompt, "rid": "stream-abort", "stream": True,
             "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}  # fmt: skip
-    threading.Timer(0.4, lambda: emu.client.post("/abort_request", json={"rid": "stream-"})).start()
+    # Its own connection: the fixture's client may be busy in this thread when the timer fires.
+    abort = {"rid": "stream-"}
+    threading.Timer(0.4, lambda: httpx.post(f"{emu.url}/abort_request", json=abort)).start()
     with (
         httpx.Client(base_url=emu.url, timeout=10) as c,
         c.stream("POST", "/generate", json=body) as r,
