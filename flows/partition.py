@@ -19,10 +19,10 @@ from eagle3_datagen.prompts import find_duplicate_ids, plan_batches
 from eagle3_datagen.reporting import artifact_key, progress_percent
 from eagle3_datagen.runner import PartitionRunner, Progress, run_windowed
 from eagle3_datagen.server_session import budget_for, supervisor_for
-from eagle3_datagen.sglang.launcher import resolve_api_key
 from eagle3_datagen.sglang.pool import connect
 from eagle3_datagen.throughput import RunMeter
 from eagle3_datagen.validate import TokenIds
+from flows.secrets import api_key_for
 from tasks.batch import generate_batch
 
 PROGRESS_EVERY_S = 10.0
@@ -87,7 +87,7 @@ async def generate_partition(
     window = max(2, math.ceil(tier.concurrency / config.batch_size) + 1)
     async with connect(
         server_url,
-        api_key=resolve_api_key(config.server),
+        api_key=await api_key_for(config.server),
         timeout_s=config.server.request_timeout_s,
         max_connections=tier.concurrency + 8,
     ) as client:

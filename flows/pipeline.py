@@ -38,6 +38,7 @@ from eagle3_datagen.sglang.launcher import server_state_dir
 from eagle3_datagen.sglang.orphans import kill_recorded
 from eagle3_datagen.throughput import RunMeter, ThroughputChange, ThroughputWatch, sample_interval
 from flows.partition import RUN_METERS, generate_partition
+from flows.secrets import api_key_for
 
 EVENT_PREFIX = "eagle3-datagen.throughput"
 
@@ -189,7 +190,11 @@ async def datagen(
     errors: dict[str, str] = {}
     try:
         async with open_server(
-            config, run_key=run_key, logger=logger, server_url=server_url
+            config,
+            run_key=run_key,
+            logger=logger,
+            server_url=server_url,
+            api_key=await api_key_for(config.server),
         ) as srv:
             fingerprint = build_fingerprint(
                 config, tokenizer, srv.facts.server_args, srv.facts.version

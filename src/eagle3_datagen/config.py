@@ -230,6 +230,12 @@ class ServerSpec(_Model):
         default=None,
         description="Name of the environment variable holding SGLang's --api-key (never the key).",
     )
+    api_key_secret: str | None = Field(
+        title="API key Secret block",
+        default=None,
+        description="Name of a Prefect Secret block holding SGLang's --api-key (instead of "
+        "api_key_env).",
+    )
     startup_timeout_s: float = Field(
         title="Startup timeout (s)",
         default=3600.0,
@@ -285,6 +291,12 @@ class ServerSpec(_Model):
                     "pipeline requires the raw output_ids of a server launched without it"
                 )
         return v
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> ServerSpec:
+        if self.api_key_env and self.api_key_secret:
+            raise ValueError("set server.api_key_env or server.api_key_secret, not both")
+        return self
 
     @model_validator(mode="after")
     def _attach_needs_url(self) -> ServerSpec:

@@ -63,12 +63,17 @@ async def open_server(
     run_key: str,
     logger: LogSink,
     server_url: str | None = None,
+    api_key: str | None = None,
 ) -> AsyncIterator[ServerSession]:
-    """Yield a healthy, checked server; a launched one is stopped when the block exits."""
+    """Yield a healthy, checked server; a launched one is stopped when the block exits.
+
+    ``api_key`` comes from wherever the caller keeps it (e.g. a Prefect Secret block); without
+    it, the environment variable named by ``server.api_key_env`` is used.
+    """
     server = config.server
     if server.mode == "launch" and server.port == 0:
         server = server.model_copy(update={"port": _free_port(server.host)})
-    api_key = resolve_api_key(server)
+    api_key = api_key or resolve_api_key(server)
     attach_url = server_url or (server.url if server.mode == "attach" else None)
     url = (attach_url or server.base_url).rstrip("/")
     current: ServerProcess | None = None

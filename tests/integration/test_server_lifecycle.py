@@ -108,3 +108,21 @@ def test_api_key_never_appears_in_logs_artifacts_or_output(
     text = asyncio.run(_prefect_text())
     assert "launched server pid" in text  # the logs were really read
     assert key not in text
+
+
+def test_api_key_from_a_prefect_secret_block(tmp_path: Path) -> None:
+    from prefect.blocks.system import Secret
+
+    key = "sk-" + secrets.token_hex(16)
+    Secret(value=key).save("e3-test-sglang-key", overwrite=True)
+    prompts = tmp_path / "p.jsonl"
+    write_prompts(prompts, 5)
+    data = base_config(tmp_path, prompts, api_key_secret="e3-test-sglang-key")
+    ok, result = run_pipeline(PipelineConfig.model_validate(data))
+    assert ok, result  # the emulator refuses every request without the key (401)
+    log = next((Path(data["output_dir"]) / "logs").glob("server-*.log")).read_bytes()
+    assert key.encode() not in log
+
+    data = base_config(tmp_path / "missing", prompts, api_key_secret="no-such-block")
+    ok, reason = run_pipeline(PipelineConfig.model_validate(data))
+    assert not ok and "no Prefect Secret block 'no-such-block'" in str(reason)
