@@ -1,13 +1,13 @@
 """An httpx transport for many small JSON round trips: HTTP/1.1 keep-alive over asyncio protocols.
 
 Why our own: a GPU node costs far more than the client, and the client must never be what
-limits it. Measured on the 2-core client machines at 150 requests in flight (200 output
-tokens each, ``benchmarks/transports.py``), client CPU per /generate call was: httpx's own
-transport ~4.7 ms, httpx over ``httpx-aiohttp`` ~1.0 ms, bare aiohttp ~0.5 ms, this transport
-~0.2 ms. /generate is a plain request/response exchange (no streaming, no redirects, no
-cookies), so the whole body is read at once and handed to httpx as a finished ``Response``;
-httpx stays the API the code talks to (``httpx.AsyncClient(transport=...)``, and tests can
-swap in ``httpx.MockTransport``).
+limits it. Client CPU per /generate call, 150 in flight, ~200 output tokens, on the 2-core
+client machines (``benchmarks/transports.py``): httpx's own transport 3.2-4.7 ms, httpx over
+``httpx-aiohttp`` ~1.0 ms, bare aiohttp 0.4-0.5 ms, ``httpx.AsyncClient`` over this transport
+~0.5 ms, and ``SGLangClient``'s prepared path over it ~0.23 ms. /generate is a plain
+request/response exchange (no streaming, no redirects, no cookies), so the whole body is read
+at once and handed over finished; httpx stays the API the code talks to
+(``httpx.AsyncClient(transport=...)``; tests can swap in ``httpx.MockTransport``).
 
 What it speaks: HTTP/1.1 (and 1.0 answers) over TCP or TLS; request bodies of known length;
 responses framed by Content-Length, chunked transfer coding, or connection close. Keep-alive
@@ -65,6 +65,7 @@ class _Connection(asyncio.Protocol):
         self._read_timeout: float | None = None
         self._last_data = 0.0
         self._got_bytes = False
+        self._head_only = False
         self._reset_parser()
 
     def _reset_parser(self) -> None:
@@ -122,12 +123,15 @@ class _Connection(asyncio.Protocol):
 
     # ----- one exchange -----
 
-    async def exchange(self, data: list[bytes], read_timeout: float | None) -> _Response:
-        """Send a request and wait for its complete response."""
+    async def exchange(
+        self, data: list[bytes], read_timeout: float | None, head_only: bool = False
+    ) -> _Response:
+        """Send a request and wait for its complete response (``head_only``: a HEAD request)."""
         assert self.transport is not None
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
         self._got_bytes = False
+        self._head_only = head_only
         self._reset_parser()
         self._buf.clear()
         self._read_timeout = read_timeout
@@ -247,7 +251,7 @@ class _Connection(asyncio.Protocol):
         keep_alive = b"close" not in connection and (
             version == b"1.1" or b"keep-alive" in connection
         )
-        if status in _NO_BODY:
+        if status in _NO_BODY or self._head_only:
             self._length = 0
         elif chunked:
             self._chunked = True
@@ -262,7 +266,7 @@ class _Connection(asyncio.Protocol):
         """Consume chunked-coded body bytes; True once the last chunk and trailers are in."""
         buf = self._buf
         while True:
-            if self._length < 0:  # expecting a chunk-size line
+            if self._length == -1:  # expecting a chunk-size line
                 nl = buf.find(b"\r\n")
                 if nl < 0:
                     return False
@@ -295,11 +299,14 @@ class _Connection(asyncio.Protocol):
 class Prepared:
     """A request's fixed part (origin, request line, headers), built once and sent many times."""
 
-    __slots__ = ("head", "key")
+    __slots__ = ("head", "head_only", "key", "needs_length")
 
-    def __init__(self, key: tuple[str, str, int], head: bytes) -> None:
+    def __init__(self, key: tuple[str, str, int], head: bytes, method: str) -> None:
         self.key = key
         self.head = head  # ends just before the Content-Length line
+        self.head_only = method == "HEAD"  # the answer has no body, whatever its headers say
+        # RFC 9110: no Content-Length on a bodiless request whose method expects no body.
+        self.needs_length = method in ("POST", "PUT", "PATCH")
 
 
 class HTTP11Transport(httpx.AsyncBaseTransport):
@@ -335,13 +342,13 @@ class HTTP11Transport(httpx.AsyncBaseTransport):
         for name, value in headers.raw:
             if name.lower() not in (b"transfer-encoding", b"content-length"):
                 lines += [name, b": ", value, b"\r\n"]  # the body's length is always known
-        return Prepared(key, b"".join(lines))
+        return Prepared(key, b"".join(lines), method.upper())
 
     async def send_prepared(
         self, prepared: Prepared, body: bytes, timeouts: dict[str, Any]
     ) -> tuple[int, bytes]:
         """Send ``body`` with a prepared head; return the status and the whole response body."""
-        response = await self._roundtrip(prepared.key, prepared.head, body, timeouts)
+        response = await self._roundtrip(prepared, body, timeouts)
         return response.status, response.body
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -351,7 +358,7 @@ class HTTP11Transport(httpx.AsyncBaseTransport):
             body = await request.aread()
         prepared = self.prepare(request.method, request.url, request.headers)
         timeouts: dict[str, Any] = request.extensions.get("timeout") or {}
-        response = await self._roundtrip(prepared.key, prepared.head, body, timeouts)
+        response = await self._roundtrip(prepared, body, timeouts)
         return httpx.Response(
             response.status,
             headers=response.headers,
@@ -364,8 +371,9 @@ class HTTP11Transport(httpx.AsyncBaseTransport):
         )
 
     async def _roundtrip(
-        self, key: tuple[str, str, int], head: bytes, body: bytes, timeouts: dict[str, Any]
+        self, prepared: Prepared, body: bytes, timeouts: dict[str, Any]
     ) -> _Response:
+        key = prepared.key
         if self._closed:
             raise httpx.ConnectError("the transport is closed")
         if self._slots is None:
@@ -383,9 +391,14 @@ class HTTP11Transport(httpx.AsyncBaseTransport):
             conn = self._take_idle(key)
             if conn is None:
                 conn = await self._connect(key, timeouts.get("connect"))
-            length = b"Content-Length: %d\r\n\r\n" % len(body)
+            if body or prepared.needs_length:
+                length = b"Content-Length: %d\r\n\r\n" % len(body)
+            else:
+                length = b"\r\n"
             try:
-                response = await conn.exchange([head, length, body], timeouts.get("read"))
+                response = await conn.exchange(
+                    [prepared.head, length, body], timeouts.get("read"), prepared.head_only
+                )
             except asyncio.CancelledError:
                 conn.abort()  # the answer may still come: never reuse this socket
                 raise

@@ -1,0 +1,308 @@
+"""What every benchmark needs: an emulator process, synthetic prompts, a config, a runner.
+
+Why a separate emulator *process*: the client's CPU must be measured alone (``getrusage`` of
+the client process), and the emulator must not share the client's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import resource
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Self
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+TOKENIZER_DIR = REPO / "src" / "eagle3_datagen" / "assets" / "kimi-k2.5-mini"
+
+_TEXT = (
+    "the model reads a long document about distributed systems and answers with care while "
+    "keeping every token exact because a draft model learns from the target model outputs and "
+    "any mismatch between the ids it sees at training time and the ids the server produced "
+    "costs acceptance rate at inference time so the pipeline never round trips through text"
+)
+_WORDS = _TEXT.split(" ")
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def cpu_s() -> float:
+    """User + system CPU seconds of this process, all threads (pyarrow, Prefect) included."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def peak_rss_mb() -> float:
+    """This process's RSS high-water mark (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def prompt_line(i: int, words: int = 60) -> str:
+    """One realistic-looking input line: a user turn (some with a system turn or a tool)."""
+    rng = random.Random(i)
+    text = " ".join(rng.choices(_WORDS, k=words))
+    row: dict[str, Any] = {"id": f"p{i:07d}", "messages": [{"role": "user", "content": text}]}
+    if i % 4 == 1:
+        row["messages"].insert(0, {"role": "system", "content": "You are a careful assistant."})
+    if i % 8 == 3:
+        row["tools"] = [_TOOL]
+    return json.dumps(row)
+
+
+def write_prompts(path: Path, n: int, words: int = 60, first: int = 0) -> Path:
+    """A JSONL partition of ``n`` prompts, written line by line (never held in memory)."""
+    with path.open("w") as fh:
+        for i in range(first, first + n):
+            fh.write(prompt_line(i, words) + "\n")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Emulator:
+    """The bundled SGLang emulator as a child process; stopped by its own pid."""
+
+    def __init__(self, *flags: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "eagle3_datagen.emulator", "--model-path",
+               str(TOKENIZER_DIR), "--port", str(self.port), *flags]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._wait_ready()
+
+    def _wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"emulator exited with {self.proc.returncode}: {err[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"emulator at {self.url} not healthy after {timeout_s}s")
+
+    def stats(self) -> dict[str, Any]:
+        data: dict[str, Any] = httpx.get(f"{self.url}/emulator/stats", timeout=10).json()
+        return data
+
+    def reset_stats(self) -> None:
+        httpx.post(f"{self.url}/emulator/reset_stats", timeout=10).raise_for_status()
+
+    def cpu_s(self) -> float:
+        """The emulator's own CPU seconds, from /proc (Linux)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def make_config(
+    partitions: list[tuple[str, Path, str]],
+    output_dir: Path,
+    *,
+    tiers: list[tuple[str, int, int]] | None = None,
+    batch_size: int = 512,
+    max_requests: int | None = None,
+    max_tokens: int | None = None,
+) -> Any:
+    """A pipeline config for the emulator: ``partitions`` are (name, input, tier) triples."""
+    from eagle3_datagen.config import parse_config
+
+    tiers = tiers or [("SHORT", 150, 10240), ("LONG", 32, 16384)]
+    return parse_config(
+        {
+            "model": {"path": str(TOKENIZER_DIR)},
+            "server": {
+                "mode": "attach",
+                "url": "http://127.0.0.1:1",
+                "engine": "emulator",
+                "max_requests_in_flight": max_requests,
+                "max_tokens_in_flight": max_tokens,
+            },
+            "tiers": [{"name": n, "concurrency": c, "max_tokens": m} for n, c, m in tiers],
+            "partitions": [{"name": n, "input": str(p), "tier": t} for n, p, t in partitions],
+            "output_dir": str(output_dir),
+            "batch_size": batch_size,
+            "retries": {"max_attempts": 3, "backoff_initial_s": 0.2, "backoff_max_s": 1.0},
+        },
+        "benchmark",
+    )
+
+
+@contextlib.asynccontextmanager
+async def partition_runner(
+    config: Any, partition: str, url: str, budget: Any = None
+) -> AsyncIterator[tuple[Any, list[Any], int]]:
+    """The runner the partition subflow builds, minus Prefect: (runner, batches, window).
+
+    Same planning (streamed batch plan, duplicate scan), same client sizing, same window.
+    """
+    import math
+
+    from eagle3_datagen.chat_tokenizer import ChatTokenizer
+    from eagle3_datagen.output import PartitionOutput
+    from eagle3_datagen.prompts import find_duplicate_ids, plan_batches
+    from eagle3_datagen.runner import PartitionRunner
+    from eagle3_datagen.sglang.pool import connect
+    from eagle3_datagen.validate import TokenIds
+
+    part = config.partition(partition)
+    tier = config.tier(part.tier)
+    tokenizer = ChatTokenizer(
+        config.model.tokenizer_dir,
+        trust_remote_code=config.model.trust_remote_code,
+        chat_template_kwargs=config.model.chat_template_kwargs,
+    )
+    ids = TokenIds.resolve(tokenizer, config.special_tokens)
+    batches = list(plan_batches(partition, part.input, config.batch_size))
+    duplicates = find_duplicate_ids(partition, part.input)
+    window = max(2, math.ceil(tier.concurrency / config.batch_size) + 1)
+    async with connect(
+        url, api_key=None, timeout_s=config.server.request_timeout_s,
+        max_connections=tier.concurrency + 8,
+    ) as client:  # fmt: skip
+        runner = PartitionRunner(
+            config=config,
+            partition=partition,
+            tokenizer=tokenizer,
+            ids=ids,
+            client=client,
+            output=PartitionOutput(config.output_dir, partition),
+            duplicates=duplicates,
+            budget=budget,
+        )
+        runner.progress.total_lines = sum(b.count for b in batches)
+        yield runner, batches, window
+
+
+async def run_partition(config: Any, partition: str, url: str, budget: Any = None) -> int:
+    """All batches of one partition through ``run_windowed``; returns records accepted."""
+    from eagle3_datagen.runner import run_windowed
+
+    async with partition_runner(config, partition, url, budget) as (runner, batches, window):
+        results = await run_windowed(iter(batches), runner.run_batch, window)
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        raise RuntimeError(f"{partition}: {len(failed)} batches failed, first: {failed[0]!r}")
+    return sum(r.accepted for r in results if not isinstance(r, BaseException))
+
+
+def run_child(module: str, args: list[str], timeout_s: float = 1800) -> dict[str, Any]:
+    """Run ``python -m benchmarks.<module> ARGS`` in a fresh process; parse its last JSON line.
+
+    Why a child: CPU time and the RSS high-water mark are per process, so each measured side
+    gets a process of its own.
+    """
+    cmd = [sys.executable, "-m", f"benchmarks.{module}", *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO,
+                          env=env)  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"{module} {args} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    last = proc.stdout.strip().splitlines()[-1]
+    data: dict[str, Any] = json.loads(last)
+    return data
+
+
+def emit(result: dict[str, Any]) -> None:
+    """A child's result: one JSON line on stdout, read by :func:`run_child`."""
+    print(json.dumps(result), flush=True)
+
+
+def run_async(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def render_partition(config: Any, partition: str) -> list[tuple[str, list[int]]]:
+    """(id, prompt ids) of every line: the seed renders a whole partition before sending."""
+    from eagle3_datagen.chat_tokenizer import ChatTokenizer
+    from eagle3_datagen.prompts import Prompt, parse_prompt, plan_batches, read_batch
+
+    tok = ChatTokenizer(config.model.tokenizer_dir)
+    jobs: list[tuple[str, list[int]]] = []
+    for spec in plan_batches(partition, config.partition(partition).input, 4096):
+        parsed = [parse_prompt(raw, line) for line, raw in read_batch(spec)]
+        ok = [p for p in parsed if isinstance(p, Prompt)]
+        for p, rendered in zip(ok, tok.render(ok), strict=True):
+            if isinstance(rendered, list):
+                jobs.append((p.id, rendered))
+    return jobs
+
+
+def sampling_for(config: Any, tier: str) -> dict[str, Any]:
+    """The pipeline's sampling parameters for ``tier`` (same stop ids, same max_new_tokens)."""
+    from eagle3_datagen.chat_tokenizer import ChatTokenizer
+    from eagle3_datagen.validate import TokenIds
+
+    ids = TokenIds.resolve(ChatTokenizer(config.model.tokenizer_dir), config.special_tokens)
+    params: dict[str, Any] = config.sampling.to_sglang(
+        config.tier(tier).max_tokens, list(ids.stop_ids)
+    )
+    return params
+
+
+async def bare_generate(
+    session: Any,
+    url: str,
+    jobs: list[tuple[str, list[int]]],
+    sampling: dict[str, Any],
+    concurrency: int,
+) -> list[int]:
+    """The seed's loop: a semaphore, ``POST /generate`` with input_ids; returns output lengths."""
+    import orjson
+
+    sem = asyncio.Semaphore(concurrency)
+    headers = {"Content-Type": "application/json"}
+
+    async def one(rid: str, input_ids: list[int]) -> int:
+        body = orjson.dumps({"input_ids": input_ids, "sampling_params": sampling, "rid": rid})
+        async with sem, session.post(f"{url}/generate", data=body, headers=headers) as r:
+            data = orjson.loads(await r.read())
+            if r.status != 200:
+                raise RuntimeError(f"HTTP {r.status}: {data}")
+        return len(data["output_ids"])
+
+    return list(await asyncio.gather(*(one(rid, ids) for rid, ids in jobs)))

@@ -1,0 +1,33 @@
+"""The benchmark runs end to end and reports its four figures (values are not checked: the
+machines are shared, so timings belong in the benchmark's output, never in a test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_quick_benchmark_prints_all_four_figures(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "run_all.py"), "--quick", "--scale", "0.02",
+         "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    parts = {f["part"] for f in results["figures"]}
+    assert parts == {"a", "b", "c", "d"}
+    for fig in results["figures"]:
+        assert fig["verdict"] in ("PASS", "MISS") and fig["target"]
+        assert fig["ok"] or fig["why"], "a miss states its reason"
+        assert f"({fig['part']}) {fig['name']}" in proc.stdout
+    assert results["b"]["budget_peak_tokens"] <= results["b"]["budget_cap_tokens"]
+    assert results["a"]["pipeline_rejected"] == 0
