@@ -180,26 +180,12 @@ async def partition_runner(
 
     Same planning (streamed batch plan, duplicate scan), same client sizing, same window.
     """
-    import math
-
-    from eagle3_datagen.chat_tokenizer import ChatTokenizer
     from eagle3_datagen.output import PartitionOutput
-    from eagle3_datagen.prompts import find_duplicate_ids, plan_batches
-    from eagle3_datagen.runner import PartitionRunner
+    from eagle3_datagen.runner import PartitionRunner, plan_partition
     from eagle3_datagen.sglang.pool import connect
-    from eagle3_datagen.validate import TokenIds
 
-    part = config.partition(partition)
-    tier = config.tier(part.tier)
-    tokenizer = ChatTokenizer(
-        config.model.tokenizer_dir,
-        trust_remote_code=config.model.trust_remote_code,
-        chat_template_kwargs=config.model.chat_template_kwargs,
-    )
-    ids = TokenIds.resolve(tokenizer, config.special_tokens)
-    batches = list(plan_batches(partition, part.input, config.batch_size))
-    duplicates = find_duplicate_ids(partition, part.input)
-    window = max(2, math.ceil(tier.concurrency / config.batch_size) + 1)
+    tier = config.tier(config.partition(partition).tier)
+    plan = plan_partition(config, partition)
     async with connect(
         url, api_key=None, timeout_s=config.server.request_timeout_s,
         max_connections=tier.concurrency + 8,
@@ -207,15 +193,15 @@ async def partition_runner(
         runner = PartitionRunner(
             config=config,
             partition=partition,
-            tokenizer=tokenizer,
-            ids=ids,
+            tokenizer=plan.tokenizer,
+            ids=plan.ids,
             client=client,
             output=PartitionOutput(config.output_dir, partition),
-            duplicates=duplicates,
+            duplicates=plan.duplicates,
             budget=budget,
         )
-        runner.progress.total_lines = sum(b.count for b in batches)
-        yield runner, batches, window
+        runner.progress.total_lines = plan.total_lines
+        yield runner, plan.batches, plan.window
 
 
 async def run_partition(config: Any, partition: str, url: str, budget: Any = None) -> int:

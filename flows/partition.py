@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from typing import Any
 from uuid import UUID
@@ -12,16 +11,13 @@ from uuid import UUID
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
 
-from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.output import PartitionOutput, summarize
-from eagle3_datagen.prompts import find_duplicate_ids, plan_batches
 from eagle3_datagen.reporting import artifact_key, progress_percent
-from eagle3_datagen.runner import PartitionRunner, Progress, run_windowed
+from eagle3_datagen.runner import PartitionRunner, Progress, plan_partition, run_windowed
 from eagle3_datagen.server_session import budget_for, supervisor_for
 from eagle3_datagen.sglang.pool import connect
 from eagle3_datagen.throughput import RunMeter
-from eagle3_datagen.validate import TokenIds
 from flows.secrets import api_key_for
 from tasks.batch import generate_batch
 
@@ -66,25 +62,15 @@ async def generate_partition(
     started = time.monotonic()
     logger = get_run_logger()
     meter = RUN_METERS.get(run_key or "") or RunMeter()
-    part = config.partition(partition)
-    tier = config.tier(part.tier)
-    tokenizer = ChatTokenizer(
-        config.model.tokenizer_dir,
-        trust_remote_code=config.model.trust_remote_code,
-        chat_template_kwargs=config.model.chat_template_kwargs,
-    )
-    ids = TokenIds.resolve(tokenizer, config.special_tokens)
+    tier = config.tier(config.partition(partition).tier)
+    plan = plan_partition(config, partition)
     output = PartitionOutput(config.output_dir, partition)
-    batches = list(plan_batches(partition, part.input, config.batch_size))
     logger.info(
-        f"{partition}: {sum(b.count for b in batches)} lines in {len(batches)} batches, "
+        f"{partition}: {plan.total_lines} lines in {len(plan.batches)} batches, "
         f"tier {tier.name} (concurrency {tier.concurrency}, max_tokens {tier.max_tokens})"
     )
-    duplicates = find_duplicate_ids(partition, part.input)
-    if duplicates:
-        logger.warning(f"{partition}: {len(duplicates)} lines repeat an earlier id; rejected")
-    # Enough batches in flight to keep the tier's slots full across batch boundaries.
-    window = max(2, math.ceil(tier.concurrency / config.batch_size) + 1)
+    if plan.duplicates:
+        logger.warning(f"{partition}: {len(plan.duplicates)} lines repeat an earlier id; rejected")
     async with connect(
         server_url,
         api_key=await api_key_for(config.server),
@@ -94,19 +80,19 @@ async def generate_partition(
         runner = PartitionRunner(
             config=config,
             partition=partition,
-            tokenizer=tokenizer,
-            ids=ids,
+            tokenizer=plan.tokenizer,
+            ids=plan.ids,
             client=client,
             output=output,
             context_length=context_length,
             max_req_input_len=max_req_input_len,
             metadata=parquet_metadata,
-            duplicates=duplicates,
+            duplicates=plan.duplicates,
             supervisor=supervisor_for(supervisor_key),
             budget=budget_for(supervisor_key),
         )
         progress = runner.progress
-        progress.total_lines = sum(b.count for b in batches)
+        progress.total_lines = plan.total_lines
         meter.track(partition, progress, started=started)
         batch_task = generate_batch.with_options(
             retries=config.retries.batch_retries,
@@ -120,7 +106,7 @@ async def generate_partition(
         )
         try:
             results = await run_windowed(
-                iter(batches), lambda spec: batch_task(runner, spec), window
+                iter(plan.batches), lambda spec: batch_task(runner, spec), plan.window
             )
         finally:
             meter.finish(partition)
@@ -142,7 +128,7 @@ async def generate_partition(
         summary["wall_s"], summary["output_tok_s"] = round(timing[0], 1), round(timing[1], 1)
     if failures:
         raise PartitionFailed(
-            f"{len(failures)} of {len(batches)} batches of partition {partition} failed; "
+            f"{len(failures)} of {len(plan.batches)} batches of partition {partition} failed; "
             f"first: {failures[0]}"
         )
     return summary

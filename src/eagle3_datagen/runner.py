@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections import Counter
@@ -26,7 +27,9 @@ from eagle3_datagen.prompts import (
     BatchSpec,
     InputReject,
     Prompt,
+    find_duplicate_ids,
     parse_prompt,
+    plan_batches,
     read_batch,
 )
 from eagle3_datagen.records import Record, Reject
@@ -380,3 +383,40 @@ async def run_windowed(
     if running:
         await asyncio.wait(running)
     return [results[i] for i in range(len(results))]
+
+
+@dataclass(slots=True)
+class PartitionPlan:
+    """What a partition run needs before its first request: tokenizer, ids, batches, window."""
+
+    tokenizer: ChatTokenizer
+    ids: TokenIds
+    batches: list[BatchSpec]
+    duplicates: dict[int, int]  # line -> earlier line with the same id
+    window: int  # batches in flight at once
+
+    @property
+    def total_lines(self) -> int:
+        return sum(b.count for b in self.batches)
+
+
+def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
+    """Load the tokenizer, resolve the special tokens, plan the batches, find duplicate ids.
+
+    The input is streamed (batches are byte ranges), so this holds no prompt in memory.
+    """
+    part = config.partition(partition)
+    tier = config.tier(part.tier)
+    tokenizer = ChatTokenizer(
+        config.model.tokenizer_dir,
+        trust_remote_code=config.model.trust_remote_code,
+        chat_template_kwargs=config.model.chat_template_kwargs,
+    )
+    return PartitionPlan(
+        tokenizer=tokenizer,
+        ids=TokenIds.resolve(tokenizer, config.special_tokens),
+        batches=list(plan_batches(partition, part.input, config.batch_size)),
+        duplicates=find_duplicate_ids(partition, part.input),
+        # Enough batches in flight to keep the tier's slots full across batch boundaries.
+        window=max(2, math.ceil(tier.concurrency / config.batch_size) + 1),
+    )
