@@ -421,10 +421,7 @@ class ServerProcess:
             if self._pump is not None:
                 self._pump.join(timeout=5.0)  # EOF once the whole group is gone
             self._close_log()
-            try:
-                self.pidfile.unlink()
-            except FileNotFoundError:
-                pass
+            self.pidfile.unlink(missing_ok=True)
             _log.info("stopped server pid %d (exit code %s)", proc.pid, proc.returncode)
             return proc.returncode
 

@@ -200,10 +200,7 @@ def read_record(path: Path) -> ServerRecord | None:
 
 
 def _remove(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+    path.unlink(missing_ok=True)
 
 
 def kill_record(record: ServerRecord, *, grace_s: float = DEFAULT_KILL_GRACE_S) -> bool:
