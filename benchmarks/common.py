@@ -89,7 +89,7 @@ class Emulator:
     def __init__(self, *flags: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "eagle3_datagen.emulator", "--model-path",
+        cmd = [sys.executable, "-m", "sglang_emulator", "--model-path",
                str(TOKENIZER_DIR), "--port", str(self.port), *flags]  # fmt: skip
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self._wait_ready()
@@ -180,8 +180,8 @@ async def partition_runner(
 
     Same planning (streamed batch plan, duplicate scan), same client sizing, same window.
     """
-    from eagle3_datagen.output import PartitionOutput
-    from eagle3_datagen.runner import PartitionRunner, plan_partition
+    from eagle3_datagen.write.shards import PartitionOutput
+    from eagle3_datagen.generate.batch import PartitionRunner, plan_partition
     from eagle3_datagen.sglang.pool import connect
 
     tier = config.tier(config.partition(partition).tier)
@@ -206,7 +206,7 @@ async def partition_runner(
 
 async def run_partition(config: Any, partition: str, url: str, budget: Any = None) -> int:
     """All batches of one partition through ``run_windowed``; returns records accepted."""
-    from eagle3_datagen.runner import run_windowed
+    from eagle3_datagen.generate.batch import run_windowed
 
     async with partition_runner(config, partition, url, budget) as (runner, batches, window):
         results = await run_windowed(iter(batches), runner.run_batch, window)
@@ -244,8 +244,8 @@ def run_async(coro: Any) -> Any:
 
 def render_partition(config: Any, partition: str) -> list[tuple[str, list[int]]]:
     """(id, prompt ids) of every line: the seed renders a whole partition before sending."""
-    from eagle3_datagen.chat_tokenizer import ChatTokenizer
-    from eagle3_datagen.prompts import Prompt, parse_prompt, plan_batches, read_batch
+    from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+    from eagle3_datagen.inputs.prompts import Prompt, parse_prompt, plan_batches, read_batch
 
     tok = ChatTokenizer(config.model.tokenizer_dir)
     jobs: list[tuple[str, list[int]]] = []
@@ -260,7 +260,7 @@ def render_partition(config: Any, partition: str) -> list[tuple[str, list[int]]]
 
 def sampling_for(config: Any, tier: str) -> dict[str, Any]:
     """The pipeline's sampling parameters for ``tier`` (same stop ids, same max_new_tokens)."""
-    from eagle3_datagen.chat_tokenizer import ChatTokenizer
+    from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
     from eagle3_datagen.validate import TokenIds
 
     ids = TokenIds.resolve(ChatTokenizer(config.model.tokenizer_dir), config.special_tokens)

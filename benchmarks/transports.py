@@ -41,10 +41,10 @@ async def _stack(kind: str, url: str, n: int, concurrency: int) -> dict[str, Any
     import httpx
     import orjson
 
-    from eagle3_datagen.emulator.selfbench import make_prompt
-    from eagle3_datagen.emulator.vocab import Vocab
     from eagle3_datagen.sglang.client import SGLangClient
     from eagle3_datagen.sglang.transport import HTTP11Transport
+    from sglang_emulator.selfbench import make_prompt
+    from sglang_emulator.vocab import Vocab
 
     vocab = Vocab(TOKENIZER_DIR)
     prompts = [make_prompt(vocab, 250, i) for i in range(256)]

@@ -33,7 +33,7 @@ def tokenizer_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def chat_tokenizer():  # type: ignore[no-untyped-def]
-    from eagle3_datagen.chat_tokenizer import ChatTokenizer
+    from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 
     return ChatTokenizer(str(TOKENIZER_DIR))
 
@@ -44,7 +44,7 @@ class EmulatorProcess:
     def __init__(self, *extra: str, ledger: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "eagle3_datagen.emulator", "--model-path", str(TOKENIZER_DIR),
+        cmd = [sys.executable, "-m", "sglang_emulator", "--model-path", str(TOKENIZER_DIR),
                "--port", str(self.port), "--host", "127.0.0.1", *extra]  # fmt: skip
         if ledger is not None:
             cmd += ["--emu-ledger", str(ledger)]

@@ -139,7 +139,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from eagle3_datagen.export import export_dataset
+    from eagle3_datagen.write.export import export_dataset
 
     result = export_dataset(
         args.dataset,
@@ -155,9 +155,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_emulator(argv: list[str]) -> int:
-    from eagle3_datagen.emulator import main as emulator_main
+    """Become ``python -m sglang_emulator ARGV``: the emulator is a separate package, never
+    imported by the library, shipped in the same wheel; exec keeps the pid, so signals reach it."""
+    from eagle3_datagen.sglang.launcher import EMULATOR_MODULE
 
-    return emulator_main(argv)
+    os.execv(sys.executable, [sys.executable, "-m", EMULATOR_MODULE, *argv])
+    return 127  # not reached: execv replaces this process or raises OSError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,8 +1,8 @@
 """SGLang emulator: a real HTTP server speaking SGLang 0.5.23's native API with a fake model.
 
-Run it as ``python -m eagle3_datagen.emulator --model-path DIR --port N [--emu-* ...]``.
+Run it as ``python -m sglang_emulator --model-path DIR --port N [--emu-* ...]``.
 """
 
-from eagle3_datagen.emulator.run import main
+from sglang_emulator.run import main
 
 __all__ = ["main"]

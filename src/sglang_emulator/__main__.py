@@ -1,8 +1,8 @@
-"""``python -m eagle3_datagen.emulator``."""
+"""``python -m sglang_emulator``."""
 
 import sys
 
-from eagle3_datagen.emulator.run import main
+from sglang_emulator.run import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,15 +7,20 @@ emulator does not know are kept (with a warning), so a launcher written for real
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 from dataclasses import dataclass, fields
 from typing import Any
 
-from eagle3_datagen.redact import redact_argv as _redact
-
 SGLANG_VERSION = "0.5.23"
 REDACTED = "<redacted>"
+# Flags whose value is a secret: --api-key, --admin-api-key, --hf-token, --*-secret, --*-password.
+# (A private copy of the pipeline's rule: this package never imports the pipeline.)
+_SECRET_FLAG = re.compile(
+    r"^--(?:[a-z0-9-]*-)?(?:api-key|key|token|secret|password|passwd)$|^--[a-z0-9-]*secret",
+    re.IGNORECASE,
+)
 
 
 # (flags, type or "bool", default, help) of the sglang.launch_server flags the emulator knows.
@@ -190,7 +195,19 @@ class EmulatorArgs:
 
 def redact_argv(argv: list[str]) -> list[str]:
     """``argv`` with the value of every secret flag (``--api-key K``, ``--x-token=K``) hidden."""
-    return _redact(argv, mask=REDACTED)
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        name, eq, _ = arg.partition("=")
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif arg.startswith("--") and _SECRET_FLAG.match(name):
+            out.append(f"{name}={REDACTED}" if eq else arg)
+            hide_next = not eq
+        else:
+            out.append(arg)
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> EmulatorArgs:

@@ -15,7 +15,7 @@ from typing import Literal
 
 import orjson
 
-from eagle3_datagen.emulator.vocab import Vocab, pack_int32
+from sglang_emulator.vocab import Vocab, pack_int32
 
 ThinkingMode = Literal["open", "closed", "absent"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from eagle3_datagen.emulator.vocab import input_ids_sha256
+from sglang_emulator.vocab import input_ids_sha256
 
 __all__ = ["Ledger", "input_ids_sha256"]
 

@@ -9,15 +9,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3_datagen.emulator.errors import (
+from sglang_emulator.errors import (
     GenerateValueError,
     invalid_type,
     is_int,
     pydantic_error,
 )
-from eagle3_datagen.emulator.fake_model import FakeModel
-from eagle3_datagen.emulator.sampling import Sampling, check_sampling_contract, resolve_cached
-from eagle3_datagen.emulator.vocab import Vocab, pack_int32
+from sglang_emulator.fake_model import FakeModel
+from sglang_emulator.sampling import Sampling, check_sampling_contract, resolve_cached
+from sglang_emulator.vocab import Vocab, pack_int32
 
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
 

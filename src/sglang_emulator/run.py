@@ -17,9 +17,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from eagle3_datagen.emulator.args import EmulatorArgs, parse_args
-from eagle3_datagen.emulator.server import Emulator, log
-from eagle3_datagen.emulator.vocab import Vocab
+from sglang_emulator.args import EmulatorArgs, parse_args
+from sglang_emulator.server import Emulator, log
+from sglang_emulator.vocab import Vocab
 
 _SHARDS = 64
 _FAKE_TRACEBACK = """Traceback (most recent call last):
@@ -134,7 +134,7 @@ async def serve(args: EmulatorArgs, vocab: Vocab) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``eagle3-datagen emulator ...`` / ``python -m eagle3_datagen.emulator ...``."""
+    """``eagle3-datagen emulator ...`` / ``python -m sglang_emulator ...``."""
     args = parse_args(argv)
     model_path = Path(args.model_path).expanduser()
     tok_path = Path(args.tokenizer_path).expanduser() if args.tokenizer_path else None

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from eagle3_datagen.emulator.errors import ContractError, GenerateValueError, invalid_type, is_int
+from sglang_emulator.errors import ContractError, GenerateValueError, invalid_type, is_int
 
 TOP_K_ALL = 1 << 30
 _SAMPLING_EPS = 1e-6

@@ -1,6 +1,6 @@
 """Measure the emulator's own ceiling: req/s with a raw aiohttp client and no latency model.
 
-``python -m eagle3_datagen.emulator.selfbench [--concurrency 150] [--output-tokens 200]``
+``python -m sglang_emulator.selfbench [--concurrency 150] [--output-tokens 200]``
 starts an emulator subprocess on a free port (or uses ``--url``), keeps ``concurrency`` requests
 in flight for ``--seconds``, and prints the rate. The client shares the machine, so the number
 is a floor of the server's ceiling; the server's own CPU time per request (from ``/proc``)
@@ -22,7 +22,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from eagle3_datagen.emulator.vocab import Vocab
+from sglang_emulator.vocab import Vocab
 
 DEFAULT_ASSET = Path(__file__).resolve().parent.parent / "assets" / "kimi-k2.5-mini"
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [
             sys.executable,
             "-m",
-            "eagle3_datagen.emulator",
+            "sglang_emulator",
             "--model-path",
             args.model_path,
             "--port",

@@ -19,18 +19,18 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from eagle3_datagen.emulator.args import SGLANG_VERSION, EmulatorArgs
-from eagle3_datagen.emulator.errors import (
+from sglang_emulator.args import SGLANG_VERSION, EmulatorArgs
+from sglang_emulator.errors import (
     ApiError,
     GenerateValueError,
     ServiceError,
     ValidationError,
 )
-from eagle3_datagen.emulator.fake_model import FakeModel
-from eagle3_datagen.emulator.faults import FaultInjector, FaultKind, FaultRates, is_exempt
-from eagle3_datagen.emulator.latency import LatencyModel, SlotPool, Stats
-from eagle3_datagen.emulator.ledger import Ledger
-from eagle3_datagen.emulator.protocol import (
+from sglang_emulator.fake_model import FakeModel
+from sglang_emulator.faults import FaultInjector, FaultKind, FaultRates, is_exempt
+from sglang_emulator.latency import LatencyModel, SlotPool, Stats
+from sglang_emulator.ledger import Ledger
+from sglang_emulator.protocol import (
     ABORTED,
     GenerateRequest,
     IncrementalText,
@@ -42,7 +42,7 @@ from eagle3_datagen.emulator.protocol import (
     run_item,
     truncate,
 )
-from eagle3_datagen.emulator.vocab import Vocab
+from sglang_emulator.vocab import Vocab
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -37,7 +37,7 @@ def free_port() -> int:
 
 
 class Emu:
-    """One ``python -m eagle3_datagen.emulator`` process; its stdout/stderr go to files."""
+    """One ``python -m sglang_emulator`` process; its stdout/stderr go to files."""
 
     def __init__(self, logdir: Path, *args: str, model_path: Path = ASSET_DIR) -> None:
         self.port = free_port()
@@ -45,7 +45,7 @@ class Emu:
         self.out_path = logdir / f"emu-{self.port}.out"
         self.err_path = logdir / f"emu-{self.port}.err"
         cmd = [
-            sys.executable, "-m", "eagle3_datagen.emulator",
+            sys.executable, "-m", "sglang_emulator",
             "--model-path", str(model_path), "--port", str(self.port), *args,
         ]  # fmt: skip
         with self.out_path.open("wb") as out, self.err_path.open("wb") as err:

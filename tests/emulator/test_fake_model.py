@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from eagle3_datagen.emulator.fake_model import FakeModel, _tools_from_json
-from eagle3_datagen.emulator.vocab import Vocab, pack_int32
+from sglang_emulator.fake_model import FakeModel, _tools_from_json
+from sglang_emulator.vocab import Vocab, pack_int32
 
 from .conftest import ASSET_DIR
 

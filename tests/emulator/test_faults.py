@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from eagle3_datagen.emulator.ledger import input_ids_sha256
+from sglang_emulator.ledger import input_ids_sha256
 
 from .conftest import Emu, EmuFactory
 

@@ -50,7 +50,7 @@ async def test_normal_start_passes_gate_and_preflight(tmp_path: Path, cleanup: C
         assert pidfile["owner_pid"] == os.getpid()
         assert pidfile["owner_run_key"] == "run-1"
         assert pidfile["start_time"] == process_start_time(sp.pid)
-        assert pidfile["cmd"][1:3] == ["-m", "eagle3_datagen.emulator"]
+        assert pidfile["cmd"][1:3] == ["-m", "sglang_emulator"]
         assert os.getpgid(sp.pid) == sp.pid  # its own process group
         async with SGLangClient(spec.base_url) as client:
             waited = await wait_until_healthy(client, deadline_s=30, process=sp)

@@ -44,7 +44,7 @@ def test_optional_flags_follow_in_order() -> None:
     model = ModelSpec(path="moonshotai/Kimi-K2.5", tokenizer_path="/tok")
     cmd = build_launch_command(server, model, PY, api_key="sk-secret")
     assert shlex.join(cmd) == (
-        "/usr/bin/python3 -m eagle3_datagen.emulator --model-path moonshotai/Kimi-K2.5 "
+        "/usr/bin/python3 -m sglang_emulator --model-path moonshotai/Kimi-K2.5 "
         "--tp-size 8 --mem-fraction-static 0.88 --enable-hierarchical-cache --hicache-size 48 "
         "--num-continuous-decode-steps 4 --trust-remote-code --host 127.0.0.1 --port 9001 "
         "--tokenizer-path /tok --context-length 32768 --max-running-requests 256 "

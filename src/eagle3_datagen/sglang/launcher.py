@@ -32,7 +32,7 @@ from typing import IO, Self
 
 from eagle3_datagen.config import ModelSpec, ServerSpec
 from eagle3_datagen.errors import ConfigError, ServerStartupError
-from eagle3_datagen.redact import redact_argv
+from eagle3_datagen.sglang.redact import redact_argv
 from eagle3_datagen.sglang.orphans import (
     ServerRecord,
     pidfile_path,
@@ -44,7 +44,7 @@ from eagle3_datagen.sglang.orphans import (
 _log = logging.getLogger(__name__)
 
 SGLANG_MODULE = "sglang.launch_server"
-EMULATOR_MODULE = "eagle3_datagen.emulator"
+EMULATOR_MODULE = "sglang_emulator"  # a package beside this one, run as a process, never imported
 DEFAULT_STOP_GRACE_S = 30.0
 REDACTED = "***"
 
