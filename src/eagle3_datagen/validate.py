@@ -99,7 +99,11 @@ def validate_output(
     ids: TokenIds,
     policy: ValidationPolicy,
 ) -> Verdict:
-    """Apply every rule; all failures are reported, not just the first."""
+    """Apply every rule; all failures are reported, not just the first.
+
+    ``finish_matched`` is what the server said stopped a ``stop`` finish: a token id, or None
+    when it is not known (offline checks of stored records).
+    """
     v = Verdict(truncated=finish_type == "length")
     n = len(output_ids)
     if finish_type == "abort":
@@ -124,7 +128,17 @@ def validate_output(
 
     last = output_ids[-1]
     if finish_type == "stop":
-        if isinstance(finish_matched, int) and finish_matched != last:
+        if finish_matched is not None and (
+            not isinstance(finish_matched, int) or isinstance(finish_matched, bool)
+        ):
+            # We send no stop strings, so a string here is SGLang's own verdict: "NaN happened"
+            # means it replaced an out-of-vocabulary sample with a stop or EOS id.
+            v.fail(
+                "stop_not_a_token",
+                f"finished on {finish_matched!r}, not on a stop token id: the last id "
+                f"{last} was put there by the server, not generated",
+            )
+        elif isinstance(finish_matched, int) and finish_matched != last:
             v.fail(
                 "stop_mismatch",
                 f"matched stop {finish_matched} is not the last id {last}",
