@@ -1,8 +1,21 @@
 """Where a dataset came from: the run fingerprint stored in the manifest and in every shard.
 
-``content`` holds what decides the tokens (model, tokenizer, template, sampling, tiers, server
-settings that change numerics); two runs may share an output directory only if it is equal.
-``run`` holds what describes this particular run (time, URL, versions) and may differ.
+``content`` holds what decides the tokens (model, tokenizer, template, sampling, tiers, and the
+server settings in :data:`CONTENT_SERVER_ARGS`); two runs may share an output directory only if
+it is equal, so a rerun, a resume after a server restart or another node of a fan-out must
+produce the same ``content``. ``run`` holds what describes this particular run (time, URL,
+versions, every server arg) and may differ.
+
+The rule for a server arg: it is content when it changes which tokens a request can get, i.e.
+the model's weights or precision, the prompt the model sees, the sampling a request gets, or the
+length rules. It is not when it only changes where, how fast, or in which order the server
+computes: ports, memory, caches, parallelism and scheduling change floating-point summation
+order (and so bits), but not the model or the distribution sampled from. ``random_seed`` is
+resolved at random per launch when ``--random-seed`` is not given; without deterministic
+inference the batch a request lands in decides its draws anyway, and with it a request is seeded
+by its own ``sampling_seed`` (the pipeline sends one per prompt when ``sampling.seed`` is set),
+so it is left out. Each decision and its reason is in
+:data:`CONTENT_SERVER_ARGS` and :data:`RUN_ONLY_SERVER_ARGS` (and docs/fingerprint.md).
 """
 
 from __future__ import annotations
@@ -17,21 +30,39 @@ import orjson
 from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import PipelineConfig
 
-# /server_info keys that change what the model generates (the rest: ports, paths, logging).
-CONTENT_SERVER_ARGS = (
-    "model_path",
-    "tp_size",
-    "dp_size",
-    "dtype",
-    "quantization",
-    "kv_cache_dtype",
-    "context_length",
-    "reasoning_parser",
-    "speculative_algorithm",
-    "random_seed",
-    "preferred_sampling_params",
-    "num_continuous_decode_steps",
-)
+# /server_info keys that decide the tokens a request gets, and why.
+CONTENT_SERVER_ARGS: dict[str, str] = {
+    "model_path": "the weights served",
+    "revision": "the weights served (a hub revision)",
+    "dtype": "the model's precision",
+    "quantization": "the model's precision",
+    "quantization_param_path": "the KV-cache scaling factors",
+    "kv_cache_dtype": "the precision of the attention over the prompt and output so far",
+    "enable_fp32_lm_head": "the precision of the logits sampled from",
+    "json_model_override_args": "the model's config (e.g. rope scaling)",
+    "context_length": "which prompts are rejected and where outputs are truncated",
+    "allow_auto_truncate": "whether a too-long prompt is cut instead of rejected",
+    "preferred_sampling_params": "merged into every request's sampling parameters",
+    "enable_deterministic_inference": "whether a request's sampling_seed is honoured",
+    "speculative_algorithm": "a different sampling path, and more reserved tokens per request",
+}
+
+# /server_info keys one might expect in the fingerprint, and why they are left out (every other
+# key, such as host, port, api_key, log settings, is run information for the same reason).
+RUN_ONLY_SERVER_ARGS: dict[str, str] = {
+    "random_seed": "random per launch unless given; seeds no request that has a sampling_seed",
+    "tp_size": "parallelism: the same model and sampling, summed in another order",
+    "dp_size": "parallelism: the same model and sampling on more replicas",
+    "num_continuous_decode_steps": "scheduling: how often the scheduler runs between steps",
+    "mem_fraction_static": "memory: how many requests fit at once",
+    "enable_hierarchical_cache": "caching: prefix reuse, the same tokens",
+    "hicache_size": "caching: prefix reuse, the same tokens",
+    "reasoning_parser": "changes text only; pre-flight refuses a server that has one",
+    "tokenizer_path": "requests carry token ids; the server's tokenizer makes only text",
+    "sampling_defaults": "applies to the OpenAI endpoints, not to /generate",
+    "host": "where the server listens",
+    "port": "where the server listens",
+}
 
 
 def pipeline_version() -> str:

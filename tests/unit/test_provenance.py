@@ -1,0 +1,100 @@
+"""The run fingerprint holds what changes the tokens, and nothing a relaunch changes by itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from eagle3_datagen.config import parse_config
+from eagle3_datagen.provenance import (
+    CONTENT_SERVER_ARGS,
+    RUN_ONLY_SERVER_ARGS,
+    build_fingerprint,
+    diff_content,
+)
+
+if TYPE_CHECKING:
+    from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+
+# What /server_info reports for one launch (a subset of SGLang 0.5.23's flat field list).
+SERVER_INFO: dict[str, Any] = {
+    "model_path": "/shared/kimi-k2.5-int4",
+    "revision": None,
+    "dtype": "auto",
+    "quantization": None,
+    "kv_cache_dtype": "auto",
+    "context_length": None,
+    "preferred_sampling_params": None,
+    "enable_deterministic_inference": False,
+    "speculative_algorithm": None,
+    "random_seed": 247846063,
+    "tp_size": 8,
+    "dp_size": 1,
+    "mem_fraction_static": 0.88,
+    "num_continuous_decode_steps": 4,
+    "host": "127.0.0.1",
+    "port": 8000,
+    "reasoning_parser": None,
+}
+
+
+def _fingerprint(tok: ChatTokenizer, tokenizer_dir: Path, **changes: Any) -> dict[str, Any]:
+    config = parse_config(
+        {
+            "model": {"path": str(tokenizer_dir)},
+            "partitions": [{"name": "p", "input": "p.jsonl", "tier": "SHORT"}],
+        }
+    )
+    return build_fingerprint(config, tok, {**SERVER_INFO, **changes}, "0.5.23")
+
+
+def test_a_relaunched_server_keeps_the_fingerprint(
+    chat_tokenizer: ChatTokenizer, tokenizer_dir: Path
+) -> None:
+    first = _fingerprint(chat_tokenizer, tokenizer_dir)
+    # SGLang draws random_seed per launch; the other node of a fan-out has its own port, and
+    # a resume may run on a differently sized or tuned server.
+    again = _fingerprint(
+        chat_tokenizer,
+        tokenizer_dir,
+        random_seed=864264807,
+        port=30000,
+        tp_size=4,
+        mem_fraction_static=0.8,
+        num_continuous_decode_steps=1,
+    )
+    assert diff_content(first["content"], again["content"]) == []
+    assert first["content_sha256"] == again["content_sha256"]
+    assert again["run"]["server_args"]["random_seed"] == 864264807  # still recorded
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("dtype", "bfloat16"),
+        ("kv_cache_dtype", "fp8_e5m2"),
+        ("enable_deterministic_inference", True),
+        ("preferred_sampling_params", '{"temperature": 0.6}'),
+        ("context_length", 8192),
+    ],
+)
+def test_what_changes_the_tokens_changes_the_fingerprint(
+    chat_tokenizer: ChatTokenizer, tokenizer_dir: Path, field: str, value: Any
+) -> None:
+    first = _fingerprint(chat_tokenizer, tokenizer_dir)
+    other = _fingerprint(chat_tokenizer, tokenizer_dir, **{field: value})
+    assert first["content_sha256"] != other["content_sha256"]
+    assert diff_content(first["content"], other["content"]) == [
+        f"server.{field}: {SERVER_INFO[field]!r} -> {value!r}"
+    ]
+
+
+def test_every_decision_is_written_down() -> None:
+    assert not set(CONTENT_SERVER_ARGS) & set(RUN_ONLY_SERVER_ARGS)
+    doc = (REPO / "docs" / "fingerprint.md").read_text(encoding="utf-8")
+    for name in [*CONTENT_SERVER_ARGS, *RUN_ONLY_SERVER_ARGS]:
+        assert f"`{name}`" in doc, f"docs/fingerprint.md does not say why {name} is decided so"
