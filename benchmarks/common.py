@@ -1,4 +1,5 @@
-"""What every benchmark needs: an emulator process, synthetic prompts, a config, a runner.
+"""What every benchmark needs: an emulator process, synthetic prompts (both from
+``tests.support``, shared with the tests), a config, a runner.
 
 Why a separate emulator *process*: the client's CPU must be measured alone (``getrusage`` of
 the client process), and the emulator must not share the client's event loop.
@@ -10,40 +11,19 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import resource
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
-import httpx
+from tests.support import REPO, TOKENIZER_DIR
+from tests.support.emulator import EmulatorProcess as Emulator
+from tests.support.prompts import prompt_line, write_prompts
 
-REPO = Path(__file__).resolve().parents[1]
-TOKENIZER_DIR = REPO / "src" / "eagle3_datagen" / "assets" / "kimi-k2.5-mini"
-
-_TEXT = (
-    "the model reads a long document about distributed systems and answers with care while "
-    "keeping every token exact because a draft model learns from the target model outputs and "
-    "any mismatch between the ids it sees at training time and the ids the server produced "
-    "costs acceptance rate at inference time so the pipeline never round trips through text"
-)
-_WORDS = _TEXT.split(" ")
-_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
+# Re-exported for the benchmark modules.
+__all__ = ["REPO", "TOKENIZER_DIR", "Emulator", "prompt_line", "write_prompts"]
 
 
 def cpu_s() -> float:
@@ -55,88 +35,6 @@ def cpu_s() -> float:
 def peak_rss_mb() -> float:
     """This process's RSS high-water mark (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def prompt_line(i: int, words: int = 60) -> str:
-    """One realistic-looking input line: a user turn (some with a system turn or a tool)."""
-    rng = random.Random(i)
-    text = " ".join(rng.choices(_WORDS, k=words))
-    row: dict[str, Any] = {"id": f"p{i:07d}", "messages": [{"role": "user", "content": text}]}
-    if i % 4 == 1:
-        row["messages"].insert(0, {"role": "system", "content": "You are a careful assistant."})
-    if i % 8 == 3:
-        row["tools"] = [_TOOL]
-    return json.dumps(row)
-
-
-def write_prompts(path: Path, n: int, words: int = 60, first: int = 0) -> Path:
-    """A JSONL partition of ``n`` prompts, written line by line (never held in memory)."""
-    with path.open("w") as fh:
-        for i in range(first, first + n):
-            fh.write(prompt_line(i, words) + "\n")
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Emulator:
-    """The bundled SGLang emulator as a child process; stopped by its own pid."""
-
-    def __init__(self, *flags: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "sglang_emulator", "--model-path",
-               str(TOKENIZER_DIR), "--port", str(self.port), *flags]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self._wait_ready()
-
-    def _wait_ready(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                raise RuntimeError(f"emulator exited with {self.proc.returncode}: {err[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise TimeoutError(f"emulator at {self.url} not healthy after {timeout_s}s")
-
-    def stats(self) -> dict[str, Any]:
-        data: dict[str, Any] = httpx.get(f"{self.url}/emulator/stats", timeout=10).json()
-        return data
-
-    def reset_stats(self) -> None:
-        httpx.post(f"{self.url}/emulator/reset_stats", timeout=10).raise_for_status()
-
-    def cpu_s(self) -> float:
-        """The emulator's own CPU seconds, from /proc (Linux)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stderr:
-            self.proc.stderr.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def make_config(
@@ -180,9 +78,10 @@ async def partition_runner(
 
     Same planning (streamed batch plan, duplicate scan), same client sizing, same window.
     """
-    from eagle3_datagen.write.shards import PartitionOutput
-    from eagle3_datagen.generate.batch import PartitionRunner, plan_partition
+    from eagle3_datagen.generate.batch import PartitionRunner
+    from eagle3_datagen.generate.plan import plan_partition
     from eagle3_datagen.sglang.pool import connect
+    from eagle3_datagen.write.shards import PartitionOutput
 
     tier = config.tier(config.partition(partition).tier)
     plan = plan_partition(config, partition)
@@ -206,7 +105,7 @@ async def partition_runner(
 
 async def run_partition(config: Any, partition: str, url: str, budget: Any = None) -> int:
     """All batches of one partition through ``run_windowed``; returns records accepted."""
-    from eagle3_datagen.generate.batch import run_windowed
+    from eagle3_datagen.generate.windowed import run_windowed
 
     async with partition_runner(config, partition, url, budget) as (runner, batches, window):
         results = await run_windowed(iter(batches), runner.run_batch, window)
@@ -244,8 +143,8 @@ def run_async(coro: Any) -> Any:
 
 def render_partition(config: Any, partition: str) -> list[tuple[str, list[int]]]:
     """(id, prompt ids) of every line: the seed renders a whole partition before sending."""
-    from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
     from eagle3_datagen.inputs.prompts import Prompt, parse_prompt, plan_batches, read_batch
+    from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 
     tok = ChatTokenizer(config.model.tokenizer_dir)
     jobs: list[tuple[str, list[int]]] = []

@@ -7,8 +7,8 @@ Validation runs in SGLang's order, and each failure keeps SGLang's body shape:
 * ``ContractError``: the ``sglang.api.v1`` schema (unknown sampling keys, wrong JSON types)
   -> 400 ``{"error": "<serde text>"}``;
 * ``GenerateValueError``: a ``ValueError`` from normalisation, length checks or
-  ``SamplingParams.verify`` -> 400 ``{"error": {"message": ...}}`` (for ``stream: true`` an SSE
-  error chunk with HTTP 200);
+  ``SamplingParams.verify`` -> 400 ``{"error": {"message": ...}}`` (also what the emulator
+  answers to request features the pipeline never sends: batches, text, streaming, ``n`` > 1);
 * ``ServiceError``: an ``HTTPException`` such as a full queue -> 503 ``{"object": "error", ...}``.
 """
 
@@ -53,7 +53,7 @@ class ContractError(ApiError):
 
 
 class GenerateValueError(ApiError):
-    """A ValueError inside ``generate_request``; streamed requests get it as an SSE chunk."""
+    """A ValueError inside ``generate_request``."""
 
 
 class ServiceError(ApiError):

@@ -127,7 +127,7 @@ class Stats:
 
 
 class SlotPool:
-    """FIFO decode slots. ``acquire`` returns False when the waiter was cancelled (aborted)."""
+    """FIFO decode slots: a request takes one at once or waits its turn in the queue."""
 
     def __init__(self, slots: int | None, stats: Stats) -> None:
         self.slots = slots
@@ -149,7 +149,7 @@ class SlotPool:
         return fut
 
     def leave_queue(self, fut: asyncio.Future[bool]) -> None:
-        """Drop a waiter that gave up (abort or disconnect) before it got a slot."""
+        """Drop a waiter whose client went away before it got a slot."""
         try:
             self._waiters.remove(fut)
         except ValueError:

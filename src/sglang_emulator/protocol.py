@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import struct
 import uuid
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from sglang_emulator.errors import (
 )
 from sglang_emulator.fake_model import FakeModel
 from sglang_emulator.sampling import Sampling, check_sampling_contract, resolve_cached
-from sglang_emulator.vocab import Vocab, pack_int32
+from sglang_emulator.vocab import Vocab
 
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
 
@@ -30,7 +29,7 @@ def _pack_checked(ids: list[int]) -> bytes:
 
 @dataclass(slots=True)
 class Item:
-    """One sequence to generate (a batch entry, or one of ``n`` parallel samples)."""
+    """One validated ``/generate`` request: a single prompt, as the pipeline sends it."""
 
     rid: str
     input_ids: list[int]
@@ -39,18 +38,6 @@ class Item:
     sampling: Sampling
     seed: int
     max_new: int
-    sample_index: int = 0
-    index: int = 0
-
-
-@dataclass(slots=True)
-class GenerateRequest:
-    """A validated ``/generate`` body."""
-
-    items: list[Item]
-    is_single: bool
-    stream: bool
-    return_prompt_token_ids: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,9 +83,6 @@ def _type_checks(body: Any) -> None:
         raise pydantic_error(
             ("sampling_params",), "Input should be a valid dictionary", "dict_type", sp
         )
-    text = body.get("text")
-    if text is not None and not isinstance(text, (str, list)):
-        raise pydantic_error(("text",), "Input should be a valid string", "string_type", text)
 
 
 def _check_ids(ids: Any, vocab_size: int) -> tuple[list[int], bytes]:
@@ -124,135 +108,78 @@ def _check_ids(ids: Any, vocab_size: int) -> tuple[list[int], bytes]:
     return ids, packed
 
 
+# Request fields SGLang accepts that the pipeline never sends; the emulator refuses them.
+UNSUPPORTED = ("text", "input_embeds", "stream", "return_prompt_token_ids", "return_logprob")
+
+
+def unsupported(what: str) -> GenerateValueError:
+    return GenerateValueError(f"{what} is not supported by the SGLang emulator.")
+
+
 def parse_generate(
     body: Any,
-    vocab: Vocab,
     limits: Limits,
     default_seed: int,
     inflight: dict[str, Any] | set[str],
-) -> GenerateRequest:
-    """Validate a ``/generate`` body and expand it into items, raising ``ApiError``."""
+) -> Item:
+    """Validate a single-prompt ``/generate`` body (``input_ids`` + ``sampling_params`` +
+    ``rid``) in SGLang's order, raising ``ApiError`` with SGLang's body for each failure."""
     _type_checks(body)
     assert isinstance(body, dict)
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise invalid_type(stream, "a boolean")
-    stream = bool(stream)
-    sp_raw = body.get("sampling_params")
-    if isinstance(sp_raw, list):
-        sp_list: list[dict[str, Any]] | None = [check_sampling_contract(x) for x in sp_raw]
-    elif sp_raw is not None:
-        sp_list = None
-        check_sampling_contract(sp_raw)
-    else:
-        sp_list = None
-    text = body.get("text")
+    sp = body.get("sampling_params")
+    if isinstance(sp, list):
+        raise unsupported("A list of sampling_params (batch request)")
+    sp = check_sampling_contract(sp) if sp is not None else {}
+    for key in UNSUPPORTED:
+        if body.get(key) not in (None, False):
+            raise unsupported(f"'{key}'")
     ids = body.get("input_ids")
-    if isinstance(text, list):
-        for t in text:
-            if not isinstance(t, str):
-                raise invalid_type(t, "a string")
-
-    # normalize_batch_and_arguments
-    if body.get("input_embeds") is not None and ids is None and text is None:
-        raise GenerateValueError("input_embeds is not supported by the SGLang emulator.")
-    if text is None and ids is None:
+    if ids is None:
         raise GenerateValueError("Either text, input_ids or input_embeds should be provided.")
-    prompts: list[list[int]]
-    if ids is not None:
-        if len(ids) == 0:
-            raise GenerateValueError("input_ids cannot be empty.")
-        is_single = not isinstance(ids[0], list)
-        checked = [_check_ids(p, limits.vocab_size) for p in ([ids] if is_single else ids)]
-    else:
-        is_single = isinstance(text, str)
-        texts = [text] if isinstance(text, str) else list(text or [])
-        encoded = [vocab.encode(t, add_special_tokens=True) for t in texts]
-        checked = [(e, pack_int32(e)) for e in encoded]
-    prompts = [c[0] for c in checked]
-    batch_size = len(prompts)
-
-    if sp_list is None:
-        sp_list = [sp_raw if isinstance(sp_raw, dict) else {}] * batch_size
-    elif is_single:
-        sp_list = sp_list[:1] or [{}]
-    n_values = {int(sp.get("n") or 1) for sp in sp_list}
-    if len(n_values) > 1:
-        raise GenerateValueError(
-            "The parallel_sample_num should be the same for all samples in sample params."
-        )
-    n = n_values.pop() if n_values else 1
-    if n > 1 and is_single:
-        is_single = False
-    if not is_single and len(sp_list) != batch_size:
-        raise GenerateValueError("The length of sampling_params should be equal to the batch size.")
+    if len(ids) == 0:
+        raise GenerateValueError("input_ids cannot be empty.")
+    if isinstance(ids[0], list):
+        raise unsupported("A list of input_ids lists (batch request)")
+    prompt, packed = _check_ids(ids, limits.vocab_size)
+    if sp.get("n") not in (None, 1):
+        raise unsupported("n > 1 (parallel sampling)")
+    if sp.get("stop") or sp.get("stop_regex"):
+        raise unsupported("A stop string (stop, stop_regex)")
 
     rid = body.get("rid")
-    num = batch_size * n
-    rids: list[str]
-    if is_single:
-        rids = [rid if isinstance(rid, str) else uuid.uuid4().hex]
-    elif n > 1:
-        # SGLang regenerates the rid of every parallel sample.
-        rids = [uuid.uuid4().hex for _ in range(num)]
-    elif rid is None:
-        rids = [uuid.uuid4().hex for _ in range(num)]
-    elif isinstance(rid, str):
-        rids = [f"{rid}_{i}" for i in range(num)]
-    else:
-        if len(rid) != batch_size:
-            raise GenerateValueError(
-                "The specified rids length mismatch with the batch_size for batch processing."
-            )
-        rids = list(rid)
-    if len(set(rids)) != len(rids):
-        dups = sorted({r for r in rids if rids.count(r) > 1})
-        raise GenerateValueError(f"Duplicate request IDs detected within the request: {dups}")
-    for r in rids:
-        if r in inflight:
-            raise GenerateValueError(f"Duplicate request ID detected: {r}")
+    if isinstance(rid, list):
+        raise unsupported("A list of rids (batch request)")
+    rid = rid if isinstance(rid, str) else uuid.uuid4().hex
+    if rid in inflight:
+        raise GenerateValueError(f"Duplicate request ID detected: {rid}")
 
-    items: list[Item] = []
-    for i, prompt in enumerate(prompts):
-        sp = sp_list[i]
-        if not prompt:
-            raise GenerateValueError("input_ids cannot be empty.")
-        n_in = len(prompt)
-        if n_in >= limits.context_len:
-            raise GenerateValueError(
-                f"The input ({n_in} tokens) is longer than the model's context length "
-                f"({limits.context_len} tokens)."
-            )
-        mnt = sp.get("max_new_tokens")
-        if isinstance(mnt, int) and mnt + n_in > limits.context_len:
-            raise GenerateValueError(
-                "Requested token count exceeds the model's maximum context length "
-                f"of {limits.context_len} tokens. You requested a total of {mnt + n_in} "
-                f"tokens: {n_in} tokens from the input messages and "
-                f"{mnt} tokens for the completion. Please reduce the number "
-                "of tokens in the input messages or the completion to fit within the limit."
-            )
-        sampling = resolve_cached(sp, limits.vocab_size)
-        if n_in >= limits.max_req_input_len:
-            raise GenerateValueError(
-                f"Input length ({n_in} tokens) exceeds the maximum allowed length "
-                f"({limits.max_req_input_len} tokens). Use a shorter input or enable "
-                "--allow-auto-truncate."
-            )
-        # Scheduler.init_req_max_new_tokens: None means "up to the context".
-        requested = sampling.max_new_tokens if sampling.max_new_tokens is not None else 1 << 30
-        max_new = max(0, min(requested, limits.max_req_len - n_in - 1))
-        digest = hashlib.sha256(checked[i][1]).digest()
-        seed = sampling.sampling_seed if sampling.sampling_seed is not None else default_seed
-        for j in range(n):
-            idx = i * n + j
-            items.append(
-                Item(rids[idx], prompt, checked[i][1], digest, sampling, seed, max_new, j, idx)
-            )
-    echo = body.get("return_prompt_token_ids")
-    if echo is not None and not isinstance(echo, bool):
-        raise invalid_type(echo, "a boolean")
-    return GenerateRequest(items, is_single, stream, bool(echo))
+    n_in = len(prompt)
+    if n_in >= limits.context_len:
+        raise GenerateValueError(
+            f"The input ({n_in} tokens) is longer than the model's context length "
+            f"({limits.context_len} tokens)."
+        )
+    mnt = sp.get("max_new_tokens")
+    if isinstance(mnt, int) and mnt + n_in > limits.context_len:
+        raise GenerateValueError(
+            "Requested token count exceeds the model's maximum context length "
+            f"of {limits.context_len} tokens. You requested a total of {mnt + n_in} "
+            f"tokens: {n_in} tokens from the input messages and "
+            f"{mnt} tokens for the completion. Please reduce the number "
+            "of tokens in the input messages or the completion to fit within the limit."
+        )
+    sampling = resolve_cached(sp, limits.vocab_size)
+    if n_in >= limits.max_req_input_len:
+        raise GenerateValueError(
+            f"Input length ({n_in} tokens) exceeds the maximum allowed length "
+            f"({limits.max_req_input_len} tokens). Use a shorter input or enable "
+            "--allow-auto-truncate."
+        )
+    # Scheduler.init_req_max_new_tokens: None means "up to the context".
+    requested = sampling.max_new_tokens if sampling.max_new_tokens is not None else 1 << 30
+    max_new = max(0, min(requested, limits.max_req_len - n_in - 1))
+    seed = sampling.sampling_seed if sampling.sampling_seed is not None else default_seed
+    return Item(rid, prompt, packed, hashlib.sha256(packed).digest(), sampling, seed, max_new)
 
 
 @dataclass(slots=True)
@@ -263,7 +190,6 @@ class Result:
     finish_reason: dict[str, Any]
     text: str
     stop_trim: int = 0  # ids excluded from ``text`` (the matched stop token)
-    text_cut: int | None = None  # a stop string cut ``text`` at this character
 
 
 def _first_stop(stream: list[int], stops: frozenset[int] | set[int], start: int) -> int:
@@ -273,53 +199,14 @@ def _first_stop(stream: list[int], stops: frozenset[int] | set[int], start: int)
     return -1
 
 
-def _stop_string(ids: list[int], s: Sampling, vocab: Vocab) -> tuple[int, str, int, int] | None:
-    """Earliest stop string/regex match: (ids kept, matched, match start, match end)."""
-    text = vocab.decode(ids, s.skip_special_tokens)
-    best: tuple[int, int, str] | None = None
-    for stop in s.stop:
-        pos = text.find(stop)
-        if pos >= 0 and (best is None or pos < best[0]):
-            best = (pos, pos + len(stop), stop)
-    for pattern in s.stop_regex:
-        m = re.search(pattern, text)
-        if m and (best is None or m.start() < best[0]):
-            best = (m.start(), m.end(), pattern)
-    if best is None:
-        return None
-    start, end, matched = best
-    needle = text[start:end]
-    lo, hi = 1, len(ids)
-    while lo < hi:  # the shortest prefix whose text contains the match
-        mid = (lo + hi) // 2
-        if needle in vocab.decode(ids[:mid], s.skip_special_tokens):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo, matched, start, end
-
-
 def run_item(item: Item, model: FakeModel, vocab: Vocab) -> Result:
     """Generate and apply SGLang's stop rules: the matched stop id stays in ``output_ids``."""
     s = item.sampling
     seed = 0 if s.greedy else item.seed
-    digest = (
-        item.digest
-        if item.sample_index == 0 or s.greedy
-        else (item.digest + item.sample_index.to_bytes(8, "little"))
-    )
-    stream = model.generate(item.input_ids, digest, seed, item.max_new, item.packed)
+    stream = model.generate(item.input_ids, item.digest, seed, item.max_new, item.packed)
     stops: frozenset[int] = frozenset() if s.ignore_eos else s.stop_token_ids | vocab.eos_ids
     pos = _first_stop(stream, stops, s.min_new_tokens) if stops else -1
     ids = stream[: pos + 1] if pos >= 0 else stream
-    if s.stop or s.stop_regex:
-        hit = _stop_string(ids, s, vocab)
-        if hit is not None and (pos < 0 or hit[0] <= pos):
-            kept, matched, start, end = hit
-            ids = ids[:kept]
-            full = vocab.decode(ids, s.skip_special_tokens)
-            cut = end if s.no_stop_trim else start
-            return Result(ids, {"type": "stop", "matched": matched}, full[:cut], 0, cut)
     if pos >= 0:
         trim = 0 if s.no_stop_trim else 1
         text = vocab.decode(ids[: len(ids) - trim], s.skip_special_tokens)
@@ -336,38 +223,13 @@ def truncate(
     return Result(ids, dict(reason), vocab.decode(ids, s.skip_special_tokens))
 
 
-class IncrementalText:
-    """Cumulative stream text decoded a few ids at a time, like SGLang's detokenizer.
-
-    Re-decoding the whole prefix for every chunk would be quadratic; an incomplete UTF-8
-    sequence (a trailing U+FFFD) is held back until the next ids complete it.
-    """
-
-    __slots__ = ("read", "skip_special", "surr", "text", "vocab")
-
-    def __init__(self, vocab: Vocab, skip_special_tokens: bool) -> None:
-        self.vocab = vocab
-        self.skip_special = skip_special_tokens
-        self.text = ""
-        self.surr = 0
-        self.read = 0
-
-    def advance(self, ids: list[int], upto: int) -> str:
-        prev = self.vocab.decode(ids[self.surr : self.read], self.skip_special)
-        new = self.vocab.decode(ids[self.surr : upto], self.skip_special)
-        if len(new) > len(prev) and not new.endswith("\ufffd"):
-            self.text += new[len(prev) :]
-            self.surr, self.read = self.read, upto
-        return self.text
-
-
 def meta_info(
     item: Item,
     result_ids: list[int],
     finish: dict[str, Any] | None,
     cached: int,
 ) -> dict[str, Any]:
-    """``meta_info`` with the v0.5.23 keys; timing keys are added on the final chunk."""
+    """``meta_info`` with the v0.5.23 keys; the caller adds the timing keys."""
     return {
         "id": item.rid,
         "finish_reason": finish,

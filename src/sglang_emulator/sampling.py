@@ -1,7 +1,8 @@
 """Sampling params as SGLang 0.5.23 reads them: the contract check, ``__post_init__``, ``verify()``.
 
-Only ``max_new_tokens``, the stop rules, ``skip_special_tokens``, ``sampling_seed`` and greedy
-(``temperature`` 0) change the emulator's output; every other value is still validated.
+Only ``max_new_tokens``, the stop-token rules, ``skip_special_tokens``, ``sampling_seed`` and
+greedy (``temperature`` 0) change the emulator's output; every other value is still validated
+(stop strings and ``n`` > 1 are refused by the request parser).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The aiohttp app: SGLang's native HTTP surface backed by the fake model.
+"""The aiohttp app: the part of SGLang's native HTTP surface the pipeline uses, backed by the
+fake model (``/generate`` with one prompt's ``input_ids``, health, server and model info).
 
 Zero-latency requests are answered without awaiting anything after the body is read, which keeps
 the emulator far from being a client's bottleneck. Timed requests (latency model, hang faults)
-register in ``inflight`` so ``/abort_request`` and duplicate-rid checks can see them.
+register their rid in ``inflight`` so a duplicate rid still in flight gets SGLang's 400.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from aiohttp import web
 from sglang_emulator.args import SGLANG_VERSION, EmulatorArgs
 from sglang_emulator.errors import (
     ApiError,
-    GenerateValueError,
     ServiceError,
     ValidationError,
 )
@@ -32,8 +32,6 @@ from sglang_emulator.latency import LatencyModel, SlotPool, Stats
 from sglang_emulator.ledger import Ledger
 from sglang_emulator.protocol import (
     ABORTED,
-    GenerateRequest,
-    IncrementalText,
     Item,
     Limits,
     Result,
@@ -46,19 +44,8 @@ from sglang_emulator.vocab import Vocab
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-FLUSH_CACHE_TEXT = (
-    "Cache flushed.\nPlease check backend logs for more details. "
-    "(When there are running or waiting requests, the operation will not be performed.)\n"
-)
-WAITING_ABORT = {
-    "type": "abort",
-    "message": "Abort in waiting queue",
-    "status_code": None,
-    "err_type": None,
-}
 _PREFIX_CACHE_SIZE = 65536
-_STREAM_TICK_S = 0.02  # coarsest sleep between stream chunks; finer gaps are sent at once
-_UNAUTH_EXEMPT = ("/health", "/ready", "/metrics")
+_UNAUTH_EXEMPT = ("/health", "/ready", "/metrics")  # SGLang's open paths (/health_generate too)
 
 
 def log(msg: str, err: bool = False) -> None:
@@ -73,18 +60,6 @@ def _json(obj: Any, status: int = 200) -> web.Response:
 
 def _error(e: ApiError) -> web.Response:
     return _json(e.body(), e.status)
-
-
-class Flight:
-    """A timed item in flight: what ``/abort_request`` needs to wake or dequeue it."""
-
-    __slots__ = ("aborted", "item", "queue_fut", "wake")
-
-    def __init__(self, item: Item) -> None:
-        self.item = item
-        self.aborted = False
-        self.wake: asyncio.Future[bool] | None = None
-        self.queue_fut: asyncio.Future[bool] | None = None
 
 
 class Emulator:
@@ -119,7 +94,7 @@ class Emulator:
         self.faults = FaultInjector(rates, args.emu_fault_seed, args.emu_crash_after)
         self.ledger = Ledger(args.emu_ledger) if args.emu_ledger else None
         self.ready = False
-        self.inflight: dict[str, Flight] = {}
+        self.inflight: set[str] = set()
         self.prefix_cache: OrderedDict[bytes, None] = OrderedDict()
         self.totals = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "cached": 0}
         self.startup_time = time.time()
@@ -132,19 +107,11 @@ class Emulator:
         app = web.Application(middlewares=middlewares, client_max_size=1 << 30)
         r = app.router
         r.add_post("/generate", self.generate)
-        r.add_put("/generate", self.generate)
-        for path in ("/health", "/health_generate", "/ready"):
+        for path in ("/health", "/health_generate"):
             r.add_get(path, self.health)
         r.add_get("/model_info", self.model_info)
-        r.add_get("/get_model_info", self.model_info)
         r.add_get("/server_info", self.server_info)
-        r.add_get("/get_server_info", self.server_info)
         r.add_get("/v1/models", self.models)
-        r.add_get("/flush_cache", self.flush_cache)
-        r.add_post("/flush_cache", self.flush_cache)
-        r.add_post("/abort_request", self.abort_request)
-        if self.args.enable_metrics:
-            r.add_get("/metrics", self.metrics)
         r.add_get("/emulator/stats", self.emulator_stats)
         r.add_post("/emulator/reset_stats", self.emulator_reset_stats)
         r.add_route("*", "/{tail:.*}", self.not_found)
@@ -267,62 +234,6 @@ class Emulator:
         }
         return _json({"object": "list", "data": [card]})
 
-    async def flush_cache(self, request: web.Request) -> web.Response:
-        self.prefix_cache.clear()
-        return web.Response(text=FLUSH_CACHE_TEXT, content_type="text/plain")
-
-    async def abort_request(self, request: web.Request) -> web.Response:
-        """Abort in-flight requests whose rid starts with ``rid`` (or all with ``abort_all``)."""
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as e:
-            return _error(ValidationError(f"JSON decode error: {e}"))
-        if not isinstance(body, dict):
-            return _error(ValidationError("Input should be a valid dictionary"))
-        rid = body.get("rid") or ""
-        abort_all = bool(body.get("abort_all"))
-        if not isinstance(rid, str):
-            return _error(ValidationError("rid: Input should be a valid string"))
-        if abort_all or rid:
-            for flight in list(self.inflight.values()):
-                if abort_all or flight.item.rid.startswith(rid):
-                    self._abort(flight)
-        return web.Response(status=200)
-
-    def _abort(self, flight: Flight) -> None:
-        flight.aborted = True
-        fut = flight.queue_fut
-        if fut is not None and not fut.done():
-            self.pool.leave_queue(fut)
-            fut.set_result(False)
-        wake = flight.wake
-        if wake is not None and not wake.done():
-            wake.set_result(True)
-
-    async def metrics(self, request: web.Request) -> web.Response:
-        label = f'{{model_name="{self.served_model_name}"}}'
-        t = self.totals
-        rows = [
-            ("num_running_reqs", "gauge", self.stats.running),
-            ("num_queue_reqs", "gauge", self.stats.queued),
-            ("token_usage", "gauge", 0.0),
-            ("gen_throughput", "gauge", 0.0),
-            (
-                "cache_hit_rate",
-                "gauge",
-                t["cached"] / t["prompt_tokens"] if t["prompt_tokens"] else 0.0,
-            ),
-            ("prompt_tokens_total", "counter", t["prompt_tokens"]),
-            ("generation_tokens_total", "counter", t["generation_tokens"]),
-            ("num_requests_total", "counter", t["requests"]),
-        ]
-        lines = []
-        for name, kind, value in rows:
-            lines.append(f"# HELP sglang:{name} {name.replace('_', ' ')}.")
-            lines.append(f"# TYPE sglang:{name} {kind}")
-            lines.append(f"sglang:{name}{label} {float(value)}")
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
-
     async def emulator_stats(self, request: web.Request) -> web.Response:
         return _json(self.stats.snapshot())
 
@@ -356,12 +267,7 @@ class Emulator:
             )
             os._exit(1)
         try:
-            req = parse_generate(body, self.vocab, self.limits, self.seed, self.inflight)
-        except GenerateValueError as e:
-            self.stats.errors_4xx += 1
-            if isinstance(body, dict) and body.get("stream") is True:
-                return await self._stream_error(request, e)
-            return _error(e)
+            item = parse_generate(body, self.limits, self.seed, self.inflight)
         except ApiError as e:
             self.stats.errors_4xx += 1
             return _error(e)
@@ -372,23 +278,15 @@ class Emulator:
             early = self._early_fault(request, fault)
             if early is not None:
                 return early
-        self.stats.requests += len(req.items)
-        if req.stream:
-            return await self._stream(request, req, fault, t0)
+        self.stats.requests += 1
         if self.latency.is_zero and fault != "hang":
-            results = [self._run_now(item, fault) for item in req.items]
+            result = self._run_now(item, fault)
         else:
             try:
-                results = list(
-                    await asyncio.gather(*(self._run_timed(it, fault) for it in req.items))
-                )
+                result = await self._run_timed(item, fault)
             except ServiceError as e:
                 return _error(e)
-        echo = req.return_prompt_token_ids
-        outs = [
-            self._finish(item, res, t0, echo) for item, res in zip(req.items, results, strict=True)
-        ]
-        return _json(outs[0] if req.is_single else outs)
+        return _json(self._finish(item, result, t0))
 
     def _early_fault(self, request: web.Request, fault: FaultKind) -> web.Response | None:
         """Faults answered before any generation; None for hang/abort, which come later."""
@@ -423,9 +321,7 @@ class Emulator:
             self.prefix_cache.popitem(last=False)
         return 0
 
-    def _finish(
-        self, item: Item, result: Result, t0: float, echo_prompt: bool = False
-    ) -> dict[str, Any]:
+    def _finish(self, item: Item, result: Result, t0: float) -> dict[str, Any]:
         """Account for a finished item, write its ledger line, and build its response object."""
         n_out = len(result.output_ids)
         n_in = len(item.input_ids)
@@ -448,76 +344,39 @@ class Emulator:
         meta = meta_info(item, result.output_ids, result.finish_reason, cached)
         meta["e2e_latency"] = time.monotonic() - t0
         meta["response_sent_to_client_ts"] = time.time()
-        out = {"text": result.text, "output_ids": result.output_ids, "meta_info": meta}
-        if echo_prompt:  # v0.5.23 return_prompt_token_ids
-            out["prompt_token_ids"] = item.input_ids
-        return out
+        return {"text": result.text, "output_ids": result.output_ids, "meta_info": meta}
 
-    async def _sleep(self, flight: Flight, seconds: float) -> bool:
-        """Sleep unless aborted first; True if ``/abort_request`` woke us."""
-        if flight.aborted:
-            return True
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
-        flight.wake = fut
-        handle = loop.call_later(seconds, _resolve, fut, False)
-        try:
-            return await fut
-        finally:
-            handle.cancel()
-            flight.wake = None
-
-    async def _take_slot(self, flight: Flight) -> bool:
-        """Wait for a decode slot; False if aborted while queued."""
+    async def _take_slot(self) -> None:
+        """Wait for a decode slot (503 when ``--max-queued-requests`` are already waiting)."""
         if self.pool.try_acquire():
-            return True
+            return
         limit = self.args.max_queued_requests
         if limit is not None and self.stats.queued >= limit:
             raise ServiceError("The request queue is full.", 503)
         fut = self.pool.waiter()
-        flight.queue_fut = fut
         try:
-            return await fut
+            await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled() and fut.result():
                 self.pool.release()
             else:
                 self.pool.leave_queue(fut)
             raise
-        finally:
-            flight.queue_fut = None
-
-    def _register(self, item: Item) -> Flight:
-        flight = Flight(item)
-        self.inflight[item.rid] = flight
-        return flight
-
-    def _unregister(self, flight: Flight) -> None:
-        if self.inflight.get(flight.item.rid) is flight:
-            del self.inflight[flight.item.rid]
 
     async def _run_timed(self, item: Item, fault: FaultKind | None) -> Result:
-        """Hang, queue for a slot, then hold it for prefill + decode time (abortable)."""
-        flight = self._register(item)
-        s = item.sampling
+        """Hang, queue for a slot, then hold it for prefill + decode time."""
+        self.inflight.add(item.rid)
         try:
-            if fault == "hang" and await self._sleep(flight, self.args.emu_hang_s):
+            if fault == "hang":
+                await asyncio.sleep(self.args.emu_hang_s)
                 return Result([], dict(ABORTED), "")
-            if not await self._take_slot(flight):
-                return Result([], dict(WAITING_ABORT), "")
+            await self._take_slot()
             try:
                 result = self._run_now(item, fault)
                 prefill = self.latency.prefill_s(len(item.input_ids))
                 total = prefill + self.latency.decode_s(len(result.output_ids))
-                started = time.monotonic()
-                if total > 0 and await self._sleep(flight, total):
-                    per_tok = self.latency.decode_ms_per_token / 1000.0
-                    done = time.monotonic() - started - prefill
-                    keep = int(done / per_tok) if per_tok > 0 and done > 0 else 0
-                    keep = min(keep, len(result.output_ids))
-                    result = truncate(result, keep, self.vocab, s, ABORTED)
-                elif flight.aborted:
-                    result = truncate(result, 0, self.vocab, s, ABORTED)
+                if total > 0:
+                    await asyncio.sleep(total)
                 return result
             finally:
                 self.pool.release()
@@ -525,126 +384,7 @@ class Emulator:
             self.stats.finish("disconnect", len(item.input_ids), 0)
             raise
         finally:
-            self._unregister(flight)
-
-    # ----- streaming -----
-
-    async def _stream_error(self, request: web.Request, e: ApiError) -> web.StreamResponse:
-        resp = _sse_response()
-        await resp.prepare(request)
-        err = {
-            "error": {
-                "message": e.message,
-                "type": "invalid_request_error",
-                "code": e.status,
-                "retryable": False,
-            }
-        }
-        await resp.write(b"data: " + orjson.dumps(err) + b"\n\n")
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
-
-    async def _stream(
-        self, request: web.Request, req: GenerateRequest, fault: FaultKind | None, t0: float
-    ) -> web.StreamResponse:
-        """SSE with cumulative ``text``/``output_ids``; items of a batch are streamed in turn."""
-        resp = _sse_response()
-        await resp.prepare(request)
-        try:
-            for item in req.items:
-                index = None if req.is_single else item.index
-                try:
-                    await self._stream_item(resp, item, fault, index, t0)
-                except ServiceError as e:
-                    reason = {
-                        "type": "abort",
-                        "message": e.message,
-                        "status_code": e.status,
-                        "err_type": None,
-                    }
-                    out = self._finish(item, Result([], reason, ""), t0)
-                    await resp.write(_chunk(out, index))
-            await resp.write(b"data: [DONE]\n\n")
-            await resp.write_eof()
-        except ConnectionError:
-            pass  # the client went away mid-stream; its slot is already released
-        return resp
-
-    async def _stream_item(
-        self,
-        resp: web.StreamResponse,
-        item: Item,
-        fault: FaultKind | None,
-        index: int | None,
-        t0: float,
-    ) -> None:
-        flight = self._register(item)
-        s = item.sampling
-        vocab = self.vocab
-        try:
-            if fault == "hang" and await self._sleep(flight, self.args.emu_hang_s):
-                await resp.write(
-                    _chunk(self._finish(item, Result([], dict(ABORTED), ""), t0), index)
-                )
-                return
-            if not await self._take_slot(flight):
-                final = Result([], dict(WAITING_ABORT), "")
-                await resp.write(_chunk(self._finish(item, final, t0), index))
-                return
-            try:
-                final = self._run_now(item, fault)
-                ids = final.output_ids
-                interval = max(1, s.stream_interval or self.args.stream_interval or 1)
-                per_tok = self.latency.decode_ms_per_token / 1000.0
-                loop = asyncio.get_running_loop()
-                start = loop.time() + self.latency.prefill_s(len(item.input_ids))
-                text = IncrementalText(vocab, s.skip_special_tokens)
-                k = 0
-                while k < len(ids):
-                    nxt = min(len(ids), k + interval)
-                    delay = start + nxt * per_tok - loop.time()
-                    due = delay > _STREAM_TICK_S or (delay > 0 and nxt == len(ids))
-                    if (due and await self._sleep(flight, delay)) or flight.aborted:
-                        done = loop.time() - start
-                        made = int(done / per_tok) if per_tok > 0 and done > 0 else 0
-                        # never fewer ids than the chunks already sent
-                        final = truncate(final, max(k, min(len(ids), made)), vocab, s, ABORTED)
-                        break
-                    if nxt < len(ids):
-                        part = ids[:nxt]
-                        out = {
-                            "text": text.advance(ids, nxt),
-                            "output_ids": part,
-                            "meta_info": meta_info(item, part, None, 0),
-                        }
-                        await resp.write(_chunk(out, index))
-                    k = nxt
-            finally:
-                self.pool.release()
-            await resp.write(_chunk(self._finish(item, final, t0), index))
-        except asyncio.CancelledError:
-            self.stats.finish("disconnect", len(item.input_ids), 0)
-            raise
-        finally:
-            self._unregister(flight)
-
-
-def _resolve(fut: asyncio.Future[bool], value: bool) -> None:
-    if not fut.done():
-        fut.set_result(value)
-
-
-def _sse_response() -> web.StreamResponse:
-    return web.StreamResponse(
-        status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-    )
-
-
-def _chunk(out: dict[str, Any], index: int | None) -> bytes:
-    if index is not None:
-        out["index"] = index
-    return b"data: " + orjson.dumps(out) + b"\n\n"
+            self.inflight.discard(item.rid)
 
 
 def resolve_model_path(path: str) -> Path:

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from eagle3_datagen.demo import TOKENIZER_DIR
-from tests.conftest import REPO
 from tests.e2e.conftest import PrefectServer
+from tests.support import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -6,7 +6,7 @@ import importlib.util
 from types import ModuleType
 
 from eagle3_datagen.config import PipelineConfig, load_config
-from tests.conftest import REPO
+from tests.support import REPO
 
 
 def load_serve() -> ModuleType:

@@ -7,23 +7,23 @@ from typing import Any
 import orjson
 import pytest
 
-from .conftest import Emu
+from tests.support.emulator import EmulatorProcess
 
 CONTEXT = 8192  # the shared emulator's --context-length
 
 
-def _error(emu: Emu, body: Any) -> Any:
+def _error(emu: EmulatorProcess, body: Any) -> Any:
     r = emu.client.post("/generate", content=orjson.dumps(body))
     assert r.status_code == 400, r.text
     return r.json()
 
 
-def test_empty_input_ids(emu: Emu) -> None:
+def test_empty_input_ids(emu: EmulatorProcess) -> None:
     assert _error(emu, {"input_ids": []}) == {"error": {"message": "input_ids cannot be empty."}}
     assert "should be provided" in _error(emu, {"sampling_params": {}})["error"]["message"]
 
 
-def test_prompt_longer_than_context(emu: Emu) -> None:
+def test_prompt_longer_than_context(emu: EmulatorProcess) -> None:
     body = _error(emu, {"input_ids": [1] * CONTEXT})
     assert body["error"]["message"] == (
         f"The input ({CONTEXT} tokens) is longer than the model's context length "
@@ -31,7 +31,7 @@ def test_prompt_longer_than_context(emu: Emu) -> None:
     )
 
 
-def test_prompt_plus_max_new_tokens_exceeds_context(emu: Emu) -> None:
+def test_prompt_plus_max_new_tokens_exceeds_context(emu: EmulatorProcess) -> None:
     n = 100
     body = _error(emu, {"input_ids": [1] * n, "sampling_params": {"max_new_tokens": CONTEXT}})
     msg = body["error"]["message"]
@@ -64,13 +64,13 @@ def test_prompt_plus_max_new_tokens_exceeds_context(emu: Emu) -> None:
          "min_new_tokens must be in [0, max_new_tokens(2)], got 3."),
     ],
 )  # fmt: skip
-def test_bad_sampling_values(emu: Emu, params: dict[str, Any], message: str) -> None:
+def test_bad_sampling_values(emu: EmulatorProcess, params: dict[str, Any], message: str) -> None:
     assert _error(emu, {"input_ids": [1, 2], "sampling_params": params}) == {
         "error": {"message": message}
     }
 
 
-def test_unknown_sampling_key_and_wrong_types(emu: Emu) -> None:
+def test_unknown_sampling_key_and_wrong_types(emu: EmulatorProcess) -> None:
     body = _error(emu, {"input_ids": [1, 2], "sampling_params": {"foo": 1}})
     assert isinstance(body["error"], str)
     assert body["error"].startswith("unknown field `foo`, expected one of `max_new_tokens`, `stop`")
@@ -80,7 +80,7 @@ def test_unknown_sampling_key_and_wrong_types(emu: Emu) -> None:
     assert body == {"error": 'invalid type: string "x", expected i64'}
 
 
-def test_malformed_request_types(emu: Emu) -> None:
+def test_malformed_request_types(emu: EmulatorProcess) -> None:
     for bad in ({"input_ids": "abc"}, {"input_ids": [1], "rid": 5}, [1, 2, 3]):
         body = _error(emu, bad)
         assert body["object"] == "error" and body["type"] == "Bad Request"
@@ -89,20 +89,33 @@ def test_malformed_request_types(emu: Emu) -> None:
     assert r.status_code == 400 and r.json()["type"] == "Bad Request"
 
 
-def test_out_of_vocab_ids_rejected(emu: Emu) -> None:
+def test_out_of_vocab_ids_rejected(emu: EmulatorProcess) -> None:
     msg = _error(emu, {"input_ids": [1, 10**6]})["error"]["message"]
     assert "out of the vocabulary range" in msg
 
 
-def test_stream_value_error_is_an_sse_chunk(emu: Emu) -> None:
-    r = emu.client.post("/generate", json={"input_ids": [], "stream": True})
-    assert r.status_code == 200
-    lines = [line for line in r.text.splitlines() if line.startswith("data: ")]
-    assert orjson.loads(lines[0][6:])["error"]["message"] == "input_ids cannot be empty."
-    assert lines[-1] == "data: [DONE]"
+@pytest.mark.parametrize(
+    ("extra", "what"),
+    [
+        ({"input_ids": [[1, 2], [3, 4]]}, "A list of input_ids lists (batch request)"),
+        ({"sampling_params": [{}]}, "A list of sampling_params (batch request)"),
+        ({"rid": ["a"]}, "A list of rids (batch request)"),
+        ({"text": "hello"}, "'text'"),
+        ({"stream": True}, "'stream'"),
+        ({"return_prompt_token_ids": True}, "'return_prompt_token_ids'"),
+        ({"sampling_params": {"n": 2}}, "n > 1 (parallel sampling)"),
+        ({"sampling_params": {"stop": ["\n"]}}, "A stop string (stop, stop_regex)"),
+    ],
+)  # fmt: skip
+def test_what_the_pipeline_never_sends_is_refused(
+    emu: EmulatorProcess, extra: dict[str, Any], what: str
+) -> None:
+    """Features the pipeline never uses are refused in SGLang's ValueError shape, not faked."""
+    body = _error(emu, {"input_ids": [1, 2], **extra})
+    assert body == {"error": {"message": f"{what} is not supported by the SGLang emulator."}}
 
 
-def test_unknown_route_and_method(emu: Emu) -> None:
+def test_unknown_route_and_method(emu: EmulatorProcess) -> None:
     assert emu.client.get("/nope").status_code == 404
     assert emu.client.get("/nope").json() == {"detail": "Not Found"}
     assert emu.client.get("/generate").status_code == 405

@@ -9,13 +9,12 @@ import pytest
 
 from sglang_emulator.fake_model import FakeModel, _tools_from_json
 from sglang_emulator.vocab import Vocab, pack_int32
-
-from .conftest import ASSET_DIR
+from tests.support import TOKENIZER_DIR
 
 
 @pytest.fixture(scope="module")
 def vocab() -> Vocab:
-    return Vocab(ASSET_DIR)
+    return Vocab(TOKENIZER_DIR)
 
 
 @pytest.fixture(scope="module")

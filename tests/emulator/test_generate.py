@@ -7,7 +7,8 @@ from typing import Any
 
 import orjson
 
-from .conftest import WEATHER_TOOL, Emu, EmuFactory, render
+from tests.support.emulator import EmulatorFactory, EmulatorProcess
+from tests.support.prompts import WEATHER_TOOL, render
 
 META_KEYS = {
     "id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
@@ -16,7 +17,7 @@ META_KEYS = {
 }  # fmt: skip
 
 
-def test_single_response_shape(emu: Emu, prompt: list[int]) -> None:
+def test_single_response_shape(emu: EmulatorProcess, prompt: list[int]) -> None:
     out = emu.generate({"input_ids": prompt, "sampling_params": {"max_new_tokens": 64}})
     assert set(out) == {"text", "output_ids", "meta_info"}
     meta = out["meta_info"]
@@ -27,43 +28,24 @@ def test_single_response_shape(emu: Emu, prompt: list[int]) -> None:
     assert meta["num_retractions"] == 0 and meta["reasoning_tokens"] == 0
     assert re.fullmatch(r"[0-9a-f]{32}", meta["id"])
     assert isinstance(out["text"], str)
-    echo = emu.generate({"input_ids": prompt, "return_prompt_token_ids": True})
-    assert echo["prompt_token_ids"] == prompt
 
 
-def test_batch_is_an_ordered_list(emu: Emu, hf_tokenizer: Any) -> None:
-    prompts = [render(hf_tokenizer, f"question {i}") for i in range(3)]
-    sp = {"max_new_tokens": 100, "sampling_seed": 7}
-    batch = emu.generate({"input_ids": prompts, "sampling_params": sp, "rid": ["a", "b", "c"]})
-    assert isinstance(batch, list) and len(batch) == 3
-    assert [o["meta_info"]["id"] for o in batch] == ["a", "b", "c"]
-    for p, o in zip(prompts, batch, strict=True):
-        single = emu.generate({"input_ids": p, "sampling_params": sp})
-        assert single["output_ids"] == o["output_ids"]
-        assert o["meta_info"]["prompt_tokens"] == len(p)
-
-
-def test_rid_rules(emu: Emu, prompt: list[int]) -> None:
+def test_rid_rules(emu: EmulatorProcess, prompt: list[int]) -> None:
     sp = {"max_new_tokens": 4}
     assert (
         emu.generate({"input_ids": prompt, "rid": "r-1", "sampling_params": sp})["meta_info"]["id"]
         == "r-1"
     )
-    out = emu.generate({"input_ids": [prompt, prompt], "rid": "job", "sampling_params": sp})
-    assert [o["meta_info"]["id"] for o in out] == ["job_0", "job_1"]
-    out = emu.generate({"input_ids": [prompt, prompt], "sampling_params": sp})
-    ids = [o["meta_info"]["id"] for o in out]
+    ids = [emu.generate({"input_ids": prompt, "sampling_params": sp})["meta_info"]["id"]
+           for _ in range(2)]  # fmt: skip
     assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids) and ids[0] != ids[1]
-    bad = emu.client.post("/generate", json={"input_ids": [prompt, prompt], "rid": ["x"]})
-    assert bad.status_code == 400
-    assert "rids length mismatch" in bad.json()["error"]["message"]
-    dup = emu.client.post("/generate", json={"input_ids": [prompt, prompt], "rid": ["x", "x"]})
-    assert dup.status_code == 400
-    assert "Duplicate request IDs" in dup.json()["error"]["message"]
+    # a finished rid may be sent again (the pipeline retries with the same rid)
+    again = emu.generate({"input_ids": prompt, "rid": "r-1", "sampling_params": sp})
+    assert again["meta_info"]["id"] == "r-1"
 
 
 def test_stop_token_is_last_and_matched(
-    emu: Emu, prompt: list[int], special: dict[str, int]
+    emu: EmulatorProcess, prompt: list[int], special: dict[str, int]
 ) -> None:
     for seed in range(5):
         out = emu.generate(
@@ -79,7 +61,9 @@ def test_stop_token_is_last_and_matched(
         assert ids.count(special["think_end"]) == 1
 
 
-def test_stop_token_ids_and_trimming(emu: Emu, prompt: list[int], special: dict[str, int]) -> None:
+def test_stop_token_ids_and_trimming(
+    emu: EmulatorProcess, prompt: list[int], special: dict[str, int]
+) -> None:
     sp: dict[str, Any] = {
         "max_new_tokens": 4000,
         "stop_token_ids": [special["think_end"]],
@@ -98,7 +82,7 @@ def test_stop_token_ids_and_trimming(emu: Emu, prompt: list[int], special: dict[
     assert "<|" not in full["text"] and "</think>" not in full["text"]
 
 
-def test_length_finish_is_exact(emu: Emu, prompt: list[int]) -> None:
+def test_length_finish_is_exact(emu: EmulatorProcess, prompt: list[int]) -> None:
     for n in (1, 5, 300):
         sp = {"max_new_tokens": n, "ignore_eos": True, "sampling_seed": 3}
         out = emu.generate({"input_ids": prompt, "sampling_params": sp})
@@ -109,7 +93,9 @@ def test_length_finish_is_exact(emu: Emu, prompt: list[int]) -> None:
     assert long["output_ids"][: len(short["output_ids"])] == short["output_ids"]
 
 
-def test_determinism_across_restarts(emu: Emu, emu_factory: EmuFactory, prompt: list[int]) -> None:
+def test_determinism_across_restarts(
+    emu: EmulatorProcess, emu_factory: EmulatorFactory, prompt: list[int]
+) -> None:
     b, c = emu_factory.start_many([], ["--random-seed", "5"])
     a = emu
     sp = {"max_new_tokens": 500}
@@ -130,7 +116,7 @@ def test_determinism_across_restarts(emu: Emu, emu_factory: EmuFactory, prompt: 
     assert g1["output_ids"] == g2["output_ids"]
 
 
-def test_thinking_shapes(emu: Emu, hf_tokenizer: Any, special: dict[str, int]) -> None:
+def test_thinking_shapes(emu: EmulatorProcess, hf_tokenizer: Any, special: dict[str, int]) -> None:
     think, end = special["think"], special["think_end"]
     on = render(hf_tokenizer, "Think about it.")
     off = render(hf_tokenizer, "Think about it.", thinking=False)
@@ -147,7 +133,7 @@ def test_thinking_shapes(emu: Emu, hf_tokenizer: Any, special: dict[str, int]) -
 
 
 def test_tool_call_section_when_tools_declared(
-    emu: Emu, hf_tokenizer: Any, special: dict[str, int]
+    emu: EmulatorProcess, hf_tokenizer: Any, special: dict[str, int]
 ) -> None:
     with_tools = render(hf_tokenizer, "Weather in Paris?", tools=[WEATHER_TOOL])
     without = render(hf_tokenizer, "Weather in Paris?")
@@ -179,56 +165,9 @@ def test_tool_call_section_when_tools_declared(
     assert 3 <= sections <= 13  # about half of the seeds call a tool
 
 
-def test_stream_is_cumulative_and_matches(emu: Emu, prompt: list[int], hf_tokenizer: Any) -> None:
-    sp = {"max_new_tokens": 40, "sampling_seed": 4}
-    plain = emu.generate({"input_ids": prompt, "sampling_params": sp})
-    with emu.client.stream(
-        "POST", "/generate", json={"input_ids": prompt, "sampling_params": sp, "stream": True}
-    ) as r:
-        assert r.status_code == 200
-        assert r.headers["content-type"].startswith("text/event-stream")
-        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
-    assert events[-1] == "[DONE]"
-    chunks = [orjson.loads(e) for e in events[:-1]]
-    assert len(chunks) == len(plain["output_ids"])
-    for i, c in enumerate(chunks[:-1]):
-        assert c["output_ids"] == plain["output_ids"][: i + 1]
-        assert c["meta_info"]["finish_reason"] is None
-        assert plain["text"].startswith(c["text"])
-        assert c["text"] == hf_tokenizer.decode(c["output_ids"], skip_special_tokens=True)
-    last = chunks[-1]
-    assert last["output_ids"] == plain["output_ids"]
-    assert last["text"] == plain["text"]
-    assert last["meta_info"]["finish_reason"] == plain["meta_info"]["finish_reason"]
-    assert "e2e_latency" in last["meta_info"]
-
-
-def test_parallel_samples_and_text_input(emu: Emu, prompt: list[int]) -> None:
-    out = emu.generate({"input_ids": prompt, "sampling_params": {"max_new_tokens": 50, "n": 3}})
-    assert isinstance(out, list) and len(out) == 3
-    assert len({tuple(o["output_ids"]) for o in out}) == 3
-    text = emu.generate(
-        {"text": "The capital city of France is", "sampling_params": {"max_new_tokens": 8}}
-    )
-    assert text["meta_info"]["prompt_tokens"] > 0 and len(text["output_ids"]) <= 8
-
-
-def test_cached_tokens_on_repeat(emu: Emu, hf_tokenizer: Any) -> None:
+def test_cached_tokens_on_repeat(emu: EmulatorProcess, hf_tokenizer: Any) -> None:
     p = render(hf_tokenizer, "a prompt seen twice")
     first = emu.generate({"input_ids": p, "sampling_params": {"max_new_tokens": 2}})
     second = emu.generate({"input_ids": p, "sampling_params": {"max_new_tokens": 2}})
     assert first["meta_info"]["cached_tokens"] == 0
     assert second["meta_info"]["cached_tokens"] == len(p) - 1
-    assert emu.client.post("/flush_cache").text.startswith("Cache flushed.")
-    third = emu.generate({"input_ids": p, "sampling_params": {"max_new_tokens": 2}})
-    assert third["meta_info"]["cached_tokens"] == 0
-
-
-def test_stream_batch_carries_index(emu: Emu, prompt: list[int]) -> None:
-    body = {"input_ids": [prompt, prompt[:-1]], "rid": "sb", "stream": True,
-            "sampling_params": {"max_new_tokens": 5, "ignore_eos": True}}  # fmt: skip
-    r = emu.client.post("/generate", json=body)
-    chunks = [orjson.loads(x[6:]) for x in r.text.splitlines() if x.startswith("data: {")]
-    finals = [c for c in chunks if c["meta_info"]["finish_reason"] is not None]
-    assert [(c["index"], c["meta_info"]["id"]) for c in finals] == [(0, "sb_0"), (1, "sb_1")]
-    assert all(len(c["output_ids"]) == 5 for c in finals)

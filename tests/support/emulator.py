@@ -1,0 +1,147 @@
+"""The bundled SGLang emulator as a child process: started on a free port, awaited on
+``/health``, stopped by its own pid (SIGTERM, then SIGKILL); its output goes to files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Self
+
+import httpx
+import orjson
+
+from tests.support import TOKENIZER_DIR, free_port
+
+
+class EmulatorProcess:
+    """``python -m sglang_emulator`` on a free port; ``wait_ready()`` before use.
+
+    stdout and stderr go to ``log_dir`` (a temporary directory, removed at ``stop()``, when
+    none is given), so a chatty child can never block on a full pipe.
+    """
+
+    def __init__(
+        self,
+        *flags: str,
+        ledger: Path | None = None,
+        log_dir: Path | None = None,
+        model_path: Path = TOKENIZER_DIR,
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._tmp = None if log_dir is not None else tempfile.mkdtemp(prefix="emulator-")
+        logs = log_dir if log_dir is not None else Path(self._tmp or ".")
+        self.out_path = logs / f"emulator-{self.port}.out"
+        self.err_path = logs / f"emulator-{self.port}.err"
+        cmd = [sys.executable, "-m", "sglang_emulator", "--model-path", str(model_path),
+               "--host", "127.0.0.1", "--port", str(self.port), *flags]  # fmt: skip
+        if ledger is not None:
+            cmd += ["--emu-ledger", str(ledger)]
+        with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        self._client: httpx.Client | None = None
+
+    @property
+    def client(self) -> httpx.Client:
+        """A keep-alive client on this emulator (closed by ``stop()``)."""
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.url, timeout=10.0)
+        return self._client
+
+    @property
+    def stdout(self) -> str:
+        return self.out_path.read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def wait_ready(self, timeout_s: float = 60.0) -> Self:
+        """Block until ``/health`` answers 200; fail with the child's stderr if it exits."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"emulator exited with {self.proc.returncode}: {self.stderr[-2000:]}"
+                )
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"emulator at {self.url} not healthy after {timeout_s}s")
+
+    def generate(self, body: dict[str, Any], **kw: Any) -> Any:
+        """POST /generate expecting 200; returns the parsed JSON."""
+        r = self.client.post("/generate", json=body, **kw)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def stats(self) -> dict[str, Any]:
+        data: dict[str, Any] = self.client.get("/emulator/stats").json()
+        return data
+
+    def reset_stats(self) -> None:
+        self.client.post("/emulator/reset_stats").raise_for_status()
+
+    def cpu_s(self) -> float:
+        """The emulator's own CPU seconds, from /proc (Linux)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> int:
+        """SIGTERM, SIGKILL after 10 s; returns the exit status."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        return self.proc.returncode
+
+    def __enter__(self) -> Self:
+        return self.wait_ready()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def read_ledger(path: Path) -> list[dict[str, Any]]:
+    """The ledger's complete lines (the emulator may be writing the last one right now)."""
+    data = path.read_bytes() if path.exists() else b""
+    return [orjson.loads(line) for line in data.split(b"\n")[:-1] if line]
+
+
+class EmulatorFactory:
+    """Starts emulators (several at once, then waits for all) and stops them at teardown."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[EmulatorProcess] = []
+
+    def start(self, *flags: str, wait: bool = True, **kw: Any) -> EmulatorProcess:
+        emu = EmulatorProcess(*flags, log_dir=self.log_dir, **kw)
+        self.started.append(emu)
+        return emu.wait_ready() if wait else emu
+
+    def start_many(self, *flag_lists: list[str]) -> list[EmulatorProcess]:
+        emus = [self.start(*flags, wait=False) for flags in flag_lists]
+        return [e.wait_ready() for e in emus]
+
+    def stop_all(self) -> None:
+        for emu in self.started:
+            emu.stop()
