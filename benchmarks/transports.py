@@ -41,9 +41,9 @@ async def _stack(kind: str, url: str, n: int, concurrency: int) -> dict[str, Any
     import httpx
     import orjson
 
+    from benchmarks.emulator_ceiling import make_prompt
     from eagle3_datagen.sglang.client import SGLangClient
     from eagle3_datagen.sglang.transport import HTTP11Transport
-    from sglang_emulator.selfbench import make_prompt
     from sglang_emulator.vocab import Vocab
 
     vocab = Vocab(TOKENIZER_DIR)

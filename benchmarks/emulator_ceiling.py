@@ -1,6 +1,6 @@
 """Measure the emulator's own ceiling: req/s with a raw aiohttp client and no latency model.
 
-``python -m sglang_emulator.selfbench [--concurrency 150] [--output-tokens 200]``
+``uv run python -m benchmarks.emulator_ceiling [--concurrency 150] [--output-tokens 200]``
 starts an emulator subprocess on a free port (or uses ``--url``), keeps ``concurrency`` requests
 in flight for ``--seconds``, and prints the rate. The client shares the machine, so the number
 is a floor of the server's ceiling; the server's own CPU time per request (from ``/proc``)
@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,14 +20,8 @@ import aiohttp
 import orjson
 
 from sglang_emulator.vocab import Vocab
-
-DEFAULT_ASSET = Path(__file__).resolve().parent.parent / "assets" / "kimi-k2.5-mini"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support import TOKENIZER_DIR
+from tests.support.emulator import EmulatorProcess
 
 
 def make_prompt(vocab: Vocab, n_tokens: int, seed: int) -> list[int]:
@@ -42,20 +33,6 @@ def make_prompt(vocab: Vocab, n_tokens: int, seed: int) -> list[int]:
     tail = [sp[k] for k in ("im_end", "im_assistant") if k in sp]
     tail += [*vocab.encode("assistant"), *([sp["im_middle"], sp["think"]] if "think" in sp else [])]
     return head + body + tail
-
-
-async def wait_ready(url: str, within_s: float = 30.0) -> None:
-    deadline = time.monotonic() + within_s
-    async with aiohttp.ClientSession() as s:
-        while time.monotonic() < deadline:
-            try:
-                async with s.get(f"{url}/health") as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise RuntimeError(f"emulator at {url} not ready after {within_s}s")
 
 
 async def bench(
@@ -96,18 +73,9 @@ async def bench(
         return done, tokens, time.monotonic() - t0
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process (Linux ``/proc``), or None elsewhere."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model-path", default=str(DEFAULT_ASSET))
+    p.add_argument("--model-path", default=str(TOKENIZER_DIR))
     p.add_argument("--url", default=None, help="bench a running emulator instead of starting one")
     p.add_argument("--concurrency", type=int, default=150)
     p.add_argument("--output-tokens", type=int, default=200)
@@ -118,36 +86,21 @@ def main(argv: list[str] | None = None) -> int:
 
     vocab = Vocab(Path(args.model_path))
     prompts = [make_prompt(vocab, args.prompt_tokens, i) for i in range(256)]
-    proc = None
-    url = args.url
-    if url is None:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "sglang_emulator",
-            "--model-path",
-            args.model_path,
-            "--port",
-            str(port),
-        ]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    emu = None if args.url else EmulatorProcess(model_path=Path(args.model_path)).wait_ready()
+    url: str = emu.url if emu is not None else args.url
     try:
-        asyncio.run(wait_ready(url))
         if args.warmup_seconds > 0:
             asyncio.run(
                 bench(url, prompts, args.concurrency, args.output_tokens, args.warmup_seconds)
             )
-        cpu0 = cpu_seconds(proc.pid) if proc is not None else None
+        cpu0 = emu.cpu_s() if emu is not None else None
         n, toks, dt = asyncio.run(
             bench(url, prompts, args.concurrency, args.output_tokens, args.seconds)
         )
-        cpu1 = cpu_seconds(proc.pid) if proc is not None else None
+        cpu1 = emu.cpu_s() if emu is not None else None
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=10)
+        if emu is not None:
+            emu.stop()
     print(
         f"emulator self-bench: {n / dt:,.0f} req/s, {toks / dt:,.0f} output tok/s "
         f"({n} requests in {dt:.1f}s, {args.concurrency} in flight, "
