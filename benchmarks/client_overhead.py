@@ -94,8 +94,8 @@ def _count_render_cpu(tokenizer: Any) -> list[float]:
 
 async def _pipeline(url: str, prompts: Path, out: Path, emu_pid: int) -> dict[str, Any]:
     from benchmarks.common import partition_runner
-    from eagle3_datagen.prompts import Prompt, parse_prompt, read_batch
-    from eagle3_datagen.runner import run_windowed
+    from eagle3_datagen.generate.windowed import run_windowed
+    from eagle3_datagen.inputs.prompts import Prompt, parse_prompt, read_batch
 
     config, _ = _setup(prompts, out)
     async with partition_runner(config, "bench", url) as (runner, batches, window):
@@ -132,7 +132,7 @@ def _flow(url: str, prompts: Path, out: Path, batch_size: int) -> dict[str, Any]
     from prefect.testing.utilities import prefect_test_harness
 
     from benchmarks.common import run_partition
-    from eagle3_datagen.chat_tokenizer import ChatTokenizer
+    from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
     from flows.partition import generate_partition
 
     config, _ = _setup(prompts, out / "lib", batch_size)

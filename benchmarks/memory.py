@@ -67,9 +67,9 @@ def _rss_mb() -> float:
 
 async def _child(url: str, prompts: Path, out: Path, max_batches: int) -> dict[str, Any]:
     from benchmarks.common import partition_runner
-    from eagle3_datagen.chat_tokenizer import ChatTokenizer
-    from eagle3_datagen.prompts import find_duplicate_ids
-    from eagle3_datagen.runner import run_windowed
+    from eagle3_datagen.generate.windowed import run_windowed
+    from eagle3_datagen.inputs.prompts import find_duplicate_ids
+    from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 
     config = make_config([("mem", prompts, "SHORT")], out)
     ChatTokenizer(config.model.tokenizer_dir).render([])  # imports and tokenizer in the baseline

@@ -20,8 +20,8 @@ from benchmarks.common import TOKENIZER_DIR, emit, prompt_line, run_child
 
 
 def _child(n: int, repeats: int) -> dict[str, Any]:
-    from eagle3_datagen.chat_tokenizer import ChatTokenizer
-    from eagle3_datagen.prompts import Prompt, parse_prompt
+    from eagle3_datagen.inputs.prompts import Prompt, parse_prompt
+    from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 
     tok = ChatTokenizer(str(TOKENIZER_DIR))
     prompts = []

@@ -93,8 +93,8 @@ def _config(
 
 
 async def _side_by_side(config: Any, url: str) -> dict[str, Any]:
-    from eagle3_datagen.budget import ServerBudget
-    from eagle3_datagen.chat_tokenizer import ChatTokenizer
+    from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+    from eagle3_datagen.sglang.budget import ServerBudget
 
     ChatTokenizer(config.model.tokenizer_dir)  # loaded once per process, before the clock
     budget = ServerBudget(config.server.max_requests_in_flight, config.server.max_tokens_in_flight)

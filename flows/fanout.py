@@ -18,7 +18,8 @@ from prefect.context import get_run_context
 from prefect.deployments.flow_runs import arun_deployment
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen.output import PartitionOutput, read_manifest, summarize, update_manifest
+from eagle3_datagen.write.manifest import read_manifest, summarize, update_manifest
+from eagle3_datagen.write.shards import PartitionOutput
 
 PARTITION_DEPLOYMENT = "eagle3-datagen/partition-job"
 

@@ -12,12 +12,16 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen.output import PartitionOutput, summarize
-from eagle3_datagen.reporting import artifact_key, progress_percent
-from eagle3_datagen.runner import PartitionRunner, Progress, plan_partition, run_windowed
-from eagle3_datagen.server_session import budget_for, supervisor_for
+from eagle3_datagen.generate.batch import PartitionRunner
+from eagle3_datagen.generate.plan import plan_partition
+from eagle3_datagen.generate.progress import Progress
+from eagle3_datagen.generate.windowed import run_windowed
+from eagle3_datagen.report.throughput import RunMeter
+from eagle3_datagen.report.ui import artifact_key, progress_percent
 from eagle3_datagen.sglang.pool import connect
-from eagle3_datagen.throughput import RunMeter
+from eagle3_datagen.sglang.session import budget_for, supervisor_for
+from eagle3_datagen.write.manifest import summarize
+from eagle3_datagen.write.shards import PartitionOutput
 from flows.secrets import api_key_for
 from tasks.batch import generate_batch
 

@@ -19,12 +19,17 @@ from prefect.events import emit_event
 from prefect.flows import Flow
 from prefect.states import State
 
-from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import PipelineConfig, ThroughputAlarm
 from eagle3_datagen.errors import ConfigError
-from eagle3_datagen.output import PartitionOutput, read_manifest, summarize, update_manifest
 from eagle3_datagen.provenance import build_fingerprint, diff_content, parquet_metadata
-from eagle3_datagen.reporting import (
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.report.throughput import (
+    RunMeter,
+    ThroughputChange,
+    ThroughputWatch,
+    sample_interval,
+)
+from eagle3_datagen.report.ui import (
     SUMMARY_KEY,
     THROUGHPUT_KEY,
     failure_reason,
@@ -33,10 +38,11 @@ from eagle3_datagen.reporting import (
     summary_row,
     throughput_markdown,
 )
-from eagle3_datagen.server_session import open_server
-from eagle3_datagen.sglang.launcher import server_state_dir
 from eagle3_datagen.sglang.orphans import kill_recorded
-from eagle3_datagen.throughput import RunMeter, ThroughputChange, ThroughputWatch, sample_interval
+from eagle3_datagen.sglang.process import server_state_dir
+from eagle3_datagen.sglang.session import open_server
+from eagle3_datagen.write.manifest import read_manifest, summarize, update_manifest
+from eagle3_datagen.write.shards import PartitionOutput
 from flows.partition import RUN_METERS, generate_partition
 from flows.secrets import api_key_for
 

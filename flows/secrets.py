@@ -8,7 +8,7 @@ from prefect.blocks.system import Secret
 
 from eagle3_datagen.config import ServerSpec
 from eagle3_datagen.errors import ConfigError
-from eagle3_datagen.sglang.launcher import resolve_api_key
+from eagle3_datagen.sglang.launch_command import resolve_api_key
 
 
 async def api_key_for(server: ServerSpec) -> str | None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from eagle3_datagen.output import BatchSummary
-from eagle3_datagen.prompts import BatchSpec
-from eagle3_datagen.reporting import batch_failure_message
-from eagle3_datagen.runner import PartitionRunner
+from eagle3_datagen.generate.batch import PartitionRunner
+from eagle3_datagen.inputs.prompts import BatchSpec
+from eagle3_datagen.report.ui import batch_failure_message
+from eagle3_datagen.write.shards import BatchSummary
 
 
 class BatchTaskFailed(Exception):

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_datagen.config import ValidationPolicy
-from eagle3_datagen.dataset_dir import DatasetDir, Shard, iter_rows
 from eagle3_datagen.errors import DatasetError
-from eagle3_datagen.output import BatchSummary, summarize
 from eagle3_datagen.validate import TokenIds, Verdict, validate_output
+from eagle3_datagen.write.dataset_dir import DatasetDir, Shard, iter_rows
+from eagle3_datagen.write.manifest import summarize
+from eagle3_datagen.write.shards import BatchSummary
 
 RECORD_COLUMNS = ("id", "partition", "prompt_ids", "output_ids", "finish_reason",
                   "prompt_tokens", "completion_tokens", "truncated", "think_end_index",

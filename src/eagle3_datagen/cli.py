@@ -157,7 +157,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_emulator(argv: list[str]) -> int:
     """Become ``python -m sglang_emulator ARGV``: the emulator is a separate package, never
     imported by the library, shipped in the same wheel; exec keeps the pid, so signals reach it."""
-    from eagle3_datagen.sglang.launcher import EMULATOR_MODULE
+    from eagle3_datagen.sglang.launch_command import EMULATOR_MODULE
 
     os.execv(sys.executable, [sys.executable, "-m", EMULATOR_MODULE, *argv])
     return 127  # not reached: execv replaces this process or raises OSError

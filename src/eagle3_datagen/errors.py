@@ -71,3 +71,7 @@ class RetryableRequestError(RequestError):
 
 class RejectedRequestError(RequestError):
     """The server refused the request (HTTP 4xx); retrying the same request cannot succeed."""
+
+
+class RetriesExhaustedError(RequestError):
+    """A request failed on every try its retry policy allows; the message has the last error."""

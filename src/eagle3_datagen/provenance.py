@@ -27,8 +27,8 @@ from typing import Any
 
 import orjson
 
-from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 
 # /server_info keys that decide the tokens a request gets, and why.
 CONTENT_SERVER_ARGS: dict[str, str] = {

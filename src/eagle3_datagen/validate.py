@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import SpecialTokens, ValidationPolicy
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,10 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.cli import run_pipeline
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import demo_config
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 
 pytestmark = pytest.mark.usefixtures("prefect_backend")
 

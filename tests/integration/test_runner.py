@@ -8,14 +8,14 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import TOKENIZER_DIR
-from eagle3_datagen.output import PartitionOutput
-from eagle3_datagen.prompts import plan_batches
-from eagle3_datagen.runner import PartitionRunner
+from eagle3_datagen.generate.batch import PartitionRunner
+from eagle3_datagen.inputs.prompts import plan_batches
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.validate import TokenIds
+from eagle3_datagen.write.shards import PartitionOutput
 
 
 def make(tmp_path: Path, texts: list[str]) -> PipelineConfig:

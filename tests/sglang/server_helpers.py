@@ -11,8 +11,8 @@ from typing import Any
 
 import eagle3_datagen
 from eagle3_datagen.config import ModelSpec, ServerSpec
-from eagle3_datagen.sglang.launcher import ServerProcess
 from eagle3_datagen.sglang.orphans import pid_alive
+from eagle3_datagen.sglang.process import ServerProcess
 
 MODEL_DIR = Path(eagle3_datagen.__file__).parent / "assets" / "kimi-k2.5-mini"
 

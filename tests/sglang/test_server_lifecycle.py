@@ -19,13 +19,7 @@ from server_helpers import MODEL_DIR, Cleanup, emulator_spec, free_port, model_s
 from eagle3_datagen.errors import PreflightError, ServerStartupError
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.health import wait_until_healthy
-from eagle3_datagen.sglang.launcher import (
-    ServerProcess,
-    build_launch_command,
-    resolve_api_key,
-    server_log_path,
-    server_state_dir,
-)
+from eagle3_datagen.sglang.launch_command import build_launch_command, resolve_api_key
 from eagle3_datagen.sglang.orphans import (
     ServerRecord,
     kill_recorded,
@@ -35,6 +29,7 @@ from eagle3_datagen.sglang.orphans import (
     write_record,
 )
 from eagle3_datagen.sglang.preflight import preflight
+from eagle3_datagen.sglang.process import ServerProcess, server_log_path, server_state_dir
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -222,7 +217,7 @@ def test_kill_recorded_from_another_process_view(tmp_path: Path, cleanup: Cleanu
 OWNER = """
 import sys, time
 from eagle3_datagen.config import ModelSpec, ServerSpec
-from eagle3_datagen.sglang.launcher import ServerProcess
+from eagle3_datagen.sglang.process import ServerProcess
 out, port, pdeath, model = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
 sp = ServerProcess.for_spec(ServerSpec(engine="emulator", port=port), ModelSpec(path=model),
                             output_dir=out, run_key="owner-run", pdeathsig=pdeath)

@@ -10,17 +10,16 @@ import pytest
 from eagle3_datagen.config import ModelSpec, ServerSpec
 from eagle3_datagen.errors import ConfigError
 from eagle3_datagen.sglang.health import log_tail
-from eagle3_datagen.sglang.launcher import (
+from eagle3_datagen.sglang.launch_command import (
     build_launch_command,
     format_command,
-    redact_text,
-    redacted,
     resolve_api_key,
-    server_log_path,
-    server_state_dir,
 )
 from eagle3_datagen.sglang.orphans import ServerRecord, pidfile_path, read_record, write_record
 from eagle3_datagen.sglang.preflight import ServerFacts, is_secret_name, sanitize
+from eagle3_datagen.sglang.process import server_log_path, server_state_dir
+from eagle3_datagen.sglang.redact import redact_argv as redacted
+from eagle3_datagen.sglang.redact import redact_text
 
 PY = "/usr/bin/python3"
 

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import PipelineConfig, parse_config
-from eagle3_datagen.output import BatchSummary, PartitionOutput, summarize, write_manifest
 from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
-from eagle3_datagen.records import Record, Reject
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.write.manifest import summarize, write_manifest
+from eagle3_datagen.write.records import Record, Reject
+from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[2] / "src/eagle3_datagen/assets/kimi-k2.5-mini"
 SERVER_ARGS: dict[str, Any] = {"model_path": str(TOKENIZER_DIR), "host": "127.0.0.1",

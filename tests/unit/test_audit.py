@@ -12,9 +12,9 @@ import orjson
 import pytest
 
 from eagle3_datagen.audit import AuditReport, validate_dataset
-from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.cli import main
 from eagle3_datagen.errors import DatasetError
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from tests.unit.dataset_factory import (
     TOKENIZER_DIR,
     Batch,

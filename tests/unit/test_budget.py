@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from eagle3_datagen.budget import ServerBudget
+from eagle3_datagen.sglang.budget import ServerBudget
 
 
 async def hold(

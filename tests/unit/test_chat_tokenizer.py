@@ -1,8 +1,8 @@
 import pytest
 
-from eagle3_datagen.chat_tokenizer import ChatTokenizer, RenderError
 from eagle3_datagen.errors import TokenizerError
-from eagle3_datagen.prompts import Prompt
+from eagle3_datagen.inputs.prompts import Prompt
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}

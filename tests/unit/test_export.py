@@ -9,10 +9,10 @@ from typing import Any
 import orjson
 import pytest
 
-from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.cli import main
 from eagle3_datagen.errors import DatasetError
-from eagle3_datagen.export import export_dataset
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.write.export import export_dataset
 from tests.unit.dataset_factory import Batch, Tok, make_config, make_fingerprint, write_dataset
 
 

@@ -1,7 +1,7 @@
 from pathlib import Path
 
-from eagle3_datagen.journal import BatchJournal
 from eagle3_datagen.sglang.client import GenerateResult
+from eagle3_datagen.write.journal import BatchJournal
 
 
 def result(i: int) -> GenerateResult:

@@ -6,7 +6,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle3_datagen.errors import InputFileError
-from eagle3_datagen.prompts import InputReject, Prompt, parse_prompt, plan_batches, read_batch
+from eagle3_datagen.inputs.prompts import (
+    InputReject,
+    Prompt,
+    parse_prompt,
+    plan_batches,
+    read_batch,
+)
 
 
 def lines_of(path: Path, batch_size: int) -> list[tuple[int, bytes]]:
@@ -95,6 +101,6 @@ def test_duplicate_ids_first_occurrence_wins(tmp_path: Path) -> None:
     ]
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\nnot json\n")
-    from eagle3_datagen.prompts import find_duplicate_ids
+    from eagle3_datagen.inputs.prompts import find_duplicate_ids
 
     assert find_duplicate_ids("p", path, batch_size=2) == {4: 1, 5: 2, 6: 1}

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from eagle3_datagen.errors import InputFileError
-from eagle3_datagen.reporting import (
+from eagle3_datagen.generate.batch import BatchFailed
+from eagle3_datagen.report.throughput import ThroughputChange
+from eagle3_datagen.report.ui import (
     artifact_key,
     batch_failure_message,
     failure_reason,
@@ -14,8 +16,6 @@ from eagle3_datagen.reporting import (
     summary_row,
     throughput_markdown,
 )
-from eagle3_datagen.runner import BatchFailed
-from eagle3_datagen.throughput import ThroughputChange
 
 
 def test_a_failed_batch_names_partition_batch_and_cause() -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from eagle3_datagen.config import ThroughputAlarm
-from eagle3_datagen.throughput import (
+from eagle3_datagen.report.throughput import (
     RateWindow,
     RunMeter,
     ThroughputWatch,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import SpecialTokens, ValidationPolicy
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.validate import TokenIds, Verdict, validate_output
 
 KEEP = ValidationPolicy()

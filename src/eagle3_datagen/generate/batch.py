@@ -1,4 +1,4 @@
-"""Processing one batch of one partition: parse, render, generate, validate, write.
+"""One batch of one partition, end to end: parse, render, generate, validate, write.
 
 This is the pipeline's logic with no Prefect in it; a Prefect task wraps :meth:`run_batch`.
 Batches of a partition run concurrently and share one client and one semaphore sized by the
@@ -8,80 +8,23 @@ tier's concurrency, so the server's slots stay full across batch boundaries.
 from __future__ import annotations
 
 import asyncio
-import logging
-import math
-import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
 
-from eagle3_datagen.budget import ServerBudget
-from eagle3_datagen.chat_tokenizer import ChatTokenizer, RenderError
 from eagle3_datagen.config import PipelineConfig, Tier
-from eagle3_datagen.errors import RejectedRequestError, RetryableRequestError, ServerError
-from eagle3_datagen.journal import BatchJournal
-from eagle3_datagen.output import BatchSummary, PartitionOutput
-from eagle3_datagen.prompts import (
-    BatchSpec,
-    InputReject,
-    Prompt,
-    find_duplicate_ids,
-    parse_prompt,
-    plan_batches,
-    read_batch,
-)
-from eagle3_datagen.records import Record, Reject
+from eagle3_datagen.errors import RejectedRequestError, RetriesExhaustedError, ServerError
+from eagle3_datagen.generate.progress import Progress
+from eagle3_datagen.generate.requests import GenerateClient, generate_with_retries
+from eagle3_datagen.inputs.prompts import BatchSpec, InputReject, Prompt, parse_prompt, read_batch
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
+from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import GenerateResult
 from eagle3_datagen.sglang.preflight import length_rejection
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
 from eagle3_datagen.validate import TokenIds, validate_output
-
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-@dataclass(slots=True)
-class Progress:
-    """Live counters of a partition, read by the progress reporter."""
-
-    total_lines: int = 0
-    done: int = 0
-    accepted: int = 0
-    rejected: int = 0
-    errors: int = 0  # retried request failures
-    output_tokens: int = 0
-    started: float = field(default_factory=time.monotonic)
-
-    def line(self) -> str:
-        """The seed's log line: ``done/total (err) req/s avg_comp tok/s ETA``."""
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        rate = self.done / elapsed
-        avg = self.output_tokens / self.done if self.done else 0.0
-        remaining = max(self.total_lines - self.done, 0)
-        eta = remaining / rate if rate > 0 else float("inf")
-        eta_s = (
-            f"{eta / 3600:.1f}h"
-            if eta >= 3600
-            else f"{eta / 60:.1f}m"
-            if eta != float("inf")
-            else "?"
-        )
-        return (
-            f"{self.done}/{self.total_lines or '?'} ({self.errors} err) {rate:.1f} req/s "
-            f"avg_comp={avg:.0f}tok {self.output_tokens / elapsed:.0f} tok/s ETA={eta_s}"
-        )
-
-
-class GenerateClient(Protocol):
-    """What the runner needs from a server: one SGLangClient, or a ServerPool of several."""
-
-    async def generate(
-        self, input_ids: list[int], sampling_params: dict[str, Any], rid: str
-    ) -> GenerateResult: ...
+from eagle3_datagen.write.journal import BatchJournal
+from eagle3_datagen.write.records import Record, Reject
+from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
 
 
 class BatchFailed(Exception):
@@ -281,51 +224,37 @@ class PartitionRunner:
     async def _generate(
         self, prompt: Prompt, prompt_ids: list[int]
     ) -> tuple[GenerateResult | None, str | None]:
-        """Send one request with retries; returns (result, None) or (None, rejection reason).
+        """Send one request with the retry policy; (result, None) or (None, rejection reason).
 
-        Transient failures (transport, 429, 5xx, aborts) are retried with exponential backoff
-        and jitter; a 4xx is the prompt's fault and is returned as a reason, never retried.
-        When retries run out, the batch fails (Prefect retries the batch).
+        A 4xx is the prompt's fault and becomes a reject. When the tries run out, or the
+        server is gone for good, the batch fails (Prefect retries the batch).
         """
-        policy = self.config.retries
-        last_error = ""
-        for attempt in range(policy.max_attempts):
-            if attempt:
-                delay = min(policy.backoff_max_s, policy.backoff_initial_s * 2 ** (attempt - 1))
-                await asyncio.sleep(delay * (0.5 + random.random()))
-            rid = f"{self.partition.name}:{prompt.line}:{attempt}"
-            try:
-                async with self.semaphore:
-                    if self.supervisor is not None:
-                        await self.supervisor.before_request()
-                    async with self.budget.reserve(len(prompt_ids) + self.tier.max_tokens):
-                        result = await self.client.generate(prompt_ids, self.sampling, rid)
-            except RejectedRequestError as err:
-                self.progress.done += 1
-                return None, str(err)
-            except RetryableRequestError as err:
-                self.progress.errors += 1
-                last_error = str(err)
-                if err.status is None and self.supervisor is not None:
-                    self.supervisor.on_connection_error()
-                continue
-            except ServerError as err:
-                raise BatchFailed(
-                    f"partition {self.partition.name}, line {prompt.line}: {err}"
-                ) from None
-            if self.supervisor is not None:
-                self.supervisor.on_success()
-            if result.finish_type == "abort" and attempt + 1 < policy.max_attempts:
-                self.progress.errors += 1
-                last_error = f"aborted: {result.finish_message}"
-                continue
+        try:
+            result = await generate_with_retries(
+                self.client,
+                prompt_ids,
+                self.sampling,
+                rid=f"{self.partition.name}:{prompt.line}",
+                policy=self.config.retries,
+                reserve_tokens=len(prompt_ids) + self.tier.max_tokens,
+                slots=self.semaphore,
+                supervisor=self.supervisor,
+                budget=self.budget,
+                on_retry=self._count_retry,
+            )
+        except RejectedRequestError as err:
             self.progress.done += 1
-            self.progress.output_tokens += len(result.output_ids)
-            return result, None
-        raise BatchFailed(
-            f"partition {self.partition.name}, line {prompt.line}: request failed after "
-            f"{policy.max_attempts} attempts: {last_error}"
-        )
+            return None, str(err)
+        except (ServerError, RetriesExhaustedError) as err:
+            raise BatchFailed(
+                f"partition {self.partition.name}, line {prompt.line}: {err}"
+            ) from None
+        self.progress.done += 1
+        self.progress.output_tokens += len(result.output_ids)
+        return result, None
+
+    def _count_retry(self) -> None:
+        self.progress.errors += 1
 
     def _input_reject(self, rej: InputReject) -> Reject:
         return Reject(
@@ -357,66 +286,3 @@ class PartitionRunner:
             reason=reason,
             prompt_ids=prompt_ids,
         )
-
-
-async def run_windowed(
-    items: Iterator[T], fn: Callable[[T], Awaitable[R]], window: int
-) -> list[R | BaseException]:
-    """Await ``fn(item)`` for every item with at most ``window`` running at once.
-
-    Items are pulled lazily (the input is never materialised); a failure does not stop the
-    others, and results come back in input order, exceptions in place of failed results.
-    """
-    results: dict[int, R | BaseException] = {}
-    running: set[asyncio.Task[None]] = set()
-
-    async def one(i: int, item: T) -> None:
-        try:
-            results[i] = await fn(item)
-        except Exception as err:
-            results[i] = err
-
-    for i, item in enumerate(items):
-        if len(running) >= window:
-            _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-        running.add(asyncio.create_task(one(i, item)))
-    if running:
-        await asyncio.wait(running)
-    return [results[i] for i in range(len(results))]
-
-
-@dataclass(slots=True)
-class PartitionPlan:
-    """What a partition run needs before its first request: tokenizer, ids, batches, window."""
-
-    tokenizer: ChatTokenizer
-    ids: TokenIds
-    batches: list[BatchSpec]
-    duplicates: dict[int, int]  # line -> earlier line with the same id
-    window: int  # batches in flight at once
-
-    @property
-    def total_lines(self) -> int:
-        return sum(b.count for b in self.batches)
-
-
-def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
-    """Load the tokenizer, resolve the special tokens, plan the batches, find duplicate ids.
-
-    The input is streamed (batches are byte ranges), so this holds no prompt in memory.
-    """
-    part = config.partition(partition)
-    tier = config.tier(part.tier)
-    tokenizer = ChatTokenizer(
-        config.model.tokenizer_dir,
-        trust_remote_code=config.model.trust_remote_code,
-        chat_template_kwargs=config.model.chat_template_kwargs,
-    )
-    return PartitionPlan(
-        tokenizer=tokenizer,
-        ids=TokenIds.resolve(tokenizer, config.special_tokens),
-        batches=list(plan_batches(partition, part.input, config.batch_size)),
-        duplicates=find_duplicate_ids(partition, part.input),
-        # Enough batches in flight to keep the tier's slots full across batch boundaries.
-        window=max(2, math.ceil(tier.concurrency / config.batch_size) + 1),
-    )

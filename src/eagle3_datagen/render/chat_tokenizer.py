@@ -2,8 +2,10 @@
 
 Why on the client: the server never sees text, so the prompt ids we store are exactly the ids the
 model was conditioned on. ``render`` equals ``apply_chat_template(..., tokenize=True)``; it renders
-each prompt's template to text and encodes the whole batch in one call to the Rust tokenizer,
-which is what ``apply_chat_template`` does internally, one prompt at a time.
+each prompt's template to text and encodes the whole batch in one call, which is what
+``apply_chat_template`` does internally, one prompt at a time. With a fast tokenizer that call
+goes straight to Rust; a Python tokenizer (Kimi-K2.5's remote-code tiktoken one) takes the
+tokenizer's own ``__call__``, which encodes the texts one by one.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from eagle3_datagen.errors import TokenizerError
-from eagle3_datagen.prompts import Prompt
+from eagle3_datagen.inputs.prompts import Prompt
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +35,27 @@ class RenderError:
     reason: str
 
 
+def _remote_code_class(path: str) -> str | None:
+    """The class ``auto_map`` names for AutoTokenizer in a local tokenizer_config.json, if any."""
+    try:
+        config = orjson.loads((Path(path) / "tokenizer_config.json").read_bytes())
+        names = config["auto_map"]["AutoTokenizer"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    name = names[0] if isinstance(names, list) and names else names
+    return name if isinstance(name, str) else None
+
+
 @functools.cache
 def _load(path: str, trust_remote_code: bool) -> Any:
+    remote = _remote_code_class(path)
+    if remote is not None and not trust_remote_code:
+        # transformers 5 would quietly build another tokenizer (a fast one converted from the
+        # vocabulary file) whose ids need not be the model's: refuse instead.
+        raise TokenizerError(
+            f"the tokenizer at {path!r} is remote code ({remote}); "
+            "set model.trust_remote_code: true to load it"
+        )
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -83,7 +105,7 @@ class ChatTokenizer:
         return str(text)
 
     def render(self, prompts: Sequence[Prompt]) -> list[list[int] | RenderError]:
-        """Token ids for each prompt, or why its template failed; batch-encoded in Rust."""
+        """Token ids for each prompt, or why its template failed; the batch encoded in one call."""
         texts: list[str] = []
         slots: list[int] = []
         out: list[list[int] | RenderError] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from eagle3_datagen.throughput import ThroughputChange
+from eagle3_datagen.report.throughput import ThroughputChange
 
 SUMMARY_KEY = "datagen-summary"
 THROUGHPUT_KEY = "throughput-alarm"

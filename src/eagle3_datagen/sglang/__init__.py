@@ -1,1 +1,1 @@
-"""Talking to SGLang: the HTTP client, the server launcher and the pre-flight checks."""
+"""Stage 3, server: launch or attach to SGLang, gate on health and pre-flight, /generate."""

@@ -16,7 +16,8 @@ from typing import Protocol
 
 from eagle3_datagen.errors import ServerStartupError
 from eagle3_datagen.sglang.client import SGLangClient
-from eagle3_datagen.sglang.launcher import ServerProcess, redact_text
+from eagle3_datagen.sglang.process import ServerProcess
+from eagle3_datagen.sglang.redact import redact_text
 
 READY_PATH = "/health_generate"
 LOG_TAIL_LINES = 50

@@ -26,7 +26,7 @@ from eagle3_datagen.config import ModelSpec, ServerSpec
 from eagle3_datagen.errors import PreflightError, RequestError
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.health import LogSink
-from eagle3_datagen.sglang.launcher import redact_text
+from eagle3_datagen.sglang.redact import redact_text
 
 _default_log = logging.getLogger(__name__)
 

@@ -13,14 +13,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from eagle3_datagen.budget import ServerBudget
 from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.health import LogSink, wait_until_healthy
-from eagle3_datagen.sglang.launcher import ServerProcess, resolve_api_key, server_state_dir
+from eagle3_datagen.sglang.launch_command import resolve_api_key
 from eagle3_datagen.sglang.orphans import reap_orphans
 from eagle3_datagen.sglang.pool import split_urls
 from eagle3_datagen.sglang.preflight import ServerFacts, preflight
+from eagle3_datagen.sglang.process import ServerProcess, server_state_dir
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
 
 # Partitions run as separate Prefect subflows whose parameters must be JSON, so the live

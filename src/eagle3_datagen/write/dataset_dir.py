@@ -19,11 +19,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
-from eagle3_datagen.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.config import SpecialTokens, ValidationPolicy, format_validation_error
 from eagle3_datagen.errors import DatasetError, TokenizerError
-from eagle3_datagen.output import MANIFEST, BatchSummary, PartitionOutput
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.validate import TokenIds
+from eagle3_datagen.write.manifest import MANIFEST
+from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
 
 M = TypeVar("M", bound=BaseModel)
 CONTENT_SHA_KEY = b"eagle3_datagen.content_sha256"

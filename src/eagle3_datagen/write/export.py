@@ -29,8 +29,8 @@ from typing import Any, Literal, get_args
 
 import orjson
 
-from eagle3_datagen.dataset_dir import DatasetDir, Shard, iter_rows
 from eagle3_datagen.errors import DatasetError
+from eagle3_datagen.write.dataset_dir import DatasetDir, Shard, iter_rows
 
 Format = Literal["specforge", "speculators"]
 FORMATS: tuple[str, ...] = get_args(Format)

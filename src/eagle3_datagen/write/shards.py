@@ -1,6 +1,6 @@
-"""The run directory on disk: Parquet shards, rejects, batch commit markers and the manifest.
+"""A partition's directory on disk: Parquet shards, rejects and batch commit markers.
 
-Layout (see CONTRACT.md)::
+Layout of a run's output directory (``manifest.json`` is :mod:`.manifest`'s)::
 
     <output>/manifest.json                       run fingerprint + per-partition counts
     <output>/<partition>/part-00003.parquet       accepted records of batch 3
@@ -15,8 +15,6 @@ a reader (or a rerun) never sees half a batch: a batch without a marker did not 
 from __future__ import annotations
 
 import os
-import statistics
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,9 +23,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from eagle3_datagen.records import Record, Reject, records_table, rejects_table
-
-MANIFEST = "manifest.json"
+from eagle3_datagen.write.records import Record, Reject, records_table, rejects_table
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -71,51 +67,6 @@ class BatchSummary:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BatchSummary:
         return cls(**data)
-
-
-def _percentiles(values: list[int]) -> dict[str, float]:
-    if not values:
-        return {"p50": 0, "p90": 0, "p99": 0, "mean": 0, "max": 0}
-    ordered = sorted(values)
-
-    def pct(q: float) -> float:
-        return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
-
-    return {
-        "p50": pct(0.5),
-        "p90": pct(0.9),
-        "p99": pct(0.99),
-        "mean": round(statistics.fmean(ordered), 1),
-        "max": float(ordered[-1]),
-    }
-
-
-def summarize(partition: str, batches: list[BatchSummary]) -> dict[str, Any]:
-    """Per-partition totals: counts by reason, truncation rate, length distributions."""
-    reasons: Counter[str] = Counter()
-    out_lens: list[int] = []
-    think_lens: list[int] = []
-    for b in batches:
-        reasons.update(b.rejects_by_reason)
-        out_lens.extend(b.output_lengths)
-        think_lens.extend(b.thinking_lengths)
-    accepted = sum(b.accepted for b in batches)
-    truncated = sum(b.truncated for b in batches)
-    return {
-        "partition": partition,
-        "batches": len(batches),
-        "input_lines": sum(b.lines for b in batches),
-        "accepted": accepted,
-        "rejected": sum(b.rejected for b in batches),
-        "rejects_by_reason": dict(sorted(reasons.items())),
-        "truncated": truncated,
-        "truncation_rate": round(truncated / accepted, 4) if accepted else 0.0,
-        "prompt_tokens": sum(b.prompt_tokens for b in batches),
-        "output_tokens": sum(b.output_tokens for b in batches),
-        "output_length": _percentiles(out_lens),
-        "thinking_length": _percentiles(think_lens),
-        "requests_sent": sum(b.requests_sent for b in batches),
-    }
 
 
 class PartitionOutput:
@@ -182,46 +133,3 @@ class PartitionOutput:
 
     def shard_paths(self) -> list[Path]:
         return sorted(self.dir.glob("part-*.parquet"))
-
-
-def write_manifest(root: str | Path, manifest: dict[str, Any]) -> Path:
-    path = Path(root) / MANIFEST
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
-    return path
-
-
-def update_manifest(
-    root: str | Path,
-    fingerprint: dict[str, Any],
-    partitions: dict[str, dict[str, Any]],
-    *,
-    running: bool = False,
-) -> dict[str, Any]:
-    """Write the manifest, keeping other partitions' entries made under the same fingerprint.
-
-    Runs that each handle some partitions of one output directory (a partial rerun, or partition
-    jobs fanned out to several machines) then share one manifest instead of overwriting it.
-    """
-    old = read_manifest(root)
-    merged: dict[str, dict[str, Any]] = {}
-    if old and old.get("fingerprint", {}).get("content_sha256") == fingerprint["content_sha256"]:
-        merged.update(old.get("partitions", {}))
-    merged.update(partitions)
-    failed = any(p.get("status", "completed") != "completed" for p in merged.values())
-    manifest = {
-        "fingerprint": fingerprint,
-        "status": "running" if running else "failed" if failed else "completed",
-        "partitions": dict(sorted(merged.items())),
-    }
-    write_manifest(root, manifest)
-    return manifest
-
-
-def read_manifest(root: str | Path) -> dict[str, Any] | None:
-    path = Path(root) / MANIFEST
-    try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    return data if isinstance(data, dict) else None

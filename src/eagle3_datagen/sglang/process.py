@@ -1,4 +1,4 @@
-"""Build the SGLang launch command and run the server as a process we can always kill.
+"""Run the launched server as a process we can always kill, its output copied to its log.
 
 The contract: the launched server never outlives the flow run that launched it. Three layers
 make that true, from the most to the least graceful:
@@ -18,8 +18,6 @@ import ctypes
 import datetime as dt
 import logging
 import os
-import re
-import shlex
 import signal
 import socket
 import subprocess
@@ -31,8 +29,8 @@ from types import TracebackType
 from typing import IO, Self
 
 from eagle3_datagen.config import ModelSpec, ServerSpec
-from eagle3_datagen.errors import ConfigError, ServerStartupError
-from eagle3_datagen.sglang.redact import redact_argv
+from eagle3_datagen.errors import ServerStartupError
+from eagle3_datagen.sglang.launch_command import build_launch_command, format_command
 from eagle3_datagen.sglang.orphans import (
     ServerRecord,
     pidfile_path,
@@ -40,105 +38,13 @@ from eagle3_datagen.sglang.orphans import (
     terminate_group,
     write_record,
 )
+from eagle3_datagen.sglang.redact import REDACTED, redact_argv, redact_text
 
 _log = logging.getLogger(__name__)
 
-SGLANG_MODULE = "sglang.launch_server"
-EMULATOR_MODULE = "sglang_emulator"  # a package beside this one, run as a process, never imported
 DEFAULT_STOP_GRACE_S = 30.0
-REDACTED = "***"
 
 _PR_SET_PDEATHSIG = 1
-
-
-# --------------------------------------------------------------------------- API key
-
-
-def resolve_api_key(server: ServerSpec) -> str | None:
-    """The API key from the environment variable named by ``server.api_key_env``, if any.
-
-    The config holds only the variable's *name*, so the key never lands in the config, the
-    Prefect parameters or the manifest.
-    """
-    if not server.api_key_env:
-        return None
-    value = os.environ.get(server.api_key_env)
-    if not value:
-        raise ConfigError(
-            f"server.api_key_env names ${server.api_key_env}, but that environment variable is "
-            "unset or empty"
-        )
-    return value
-
-
-# --------------------------------------------------------------------------- command
-
-
-def _flag_name(arg: str) -> str:
-    return arg.split("=", 1)[0]
-
-
-def build_launch_command(
-    server: ServerSpec,
-    model: ModelSpec,
-    python: str = sys.executable,
-    *,
-    api_key: str | None = None,
-) -> list[str]:
-    """The ``launch_server`` argv for ``server`` (the seed's flags, in the seed's order).
-
-    ``engine="emulator"`` runs the bundled emulator with exactly the same flags, so the same
-    code path is exercised without a GPU. ``--reasoning-parser`` is refused even if the config
-    validator was bypassed: it must not be set for raw ``output_ids`` (CONTRACT.md).
-    """
-    for arg in server.extra_args:
-        if _flag_name(arg) == "--reasoning-parser":
-            raise ConfigError("server.extra_args: --reasoning-parser is refused (see CONTRACT.md)")
-    module = SGLANG_MODULE if server.engine == "sglang" else EMULATOR_MODULE
-    cmd = [python, "-m", module, "--model-path", model.path]
-    cmd += ["--tp-size", str(server.tp_size)]
-    cmd += ["--mem-fraction-static", f"{server.mem_fraction_static:g}"]
-    if server.enable_hierarchical_cache:
-        cmd += [
-            "--enable-hierarchical-cache",
-            "--hicache-size",
-            str(server.hicache_size_gb),
-        ]
-    cmd += ["--num-continuous-decode-steps", str(server.num_continuous_decode_steps)]
-    if model.trust_remote_code:
-        cmd.append("--trust-remote-code")
-    cmd += ["--host", server.host, "--port", str(server.port)]
-    if model.tokenizer_path:
-        cmd += ["--tokenizer-path", model.tokenizer_path]
-    if server.context_length is not None:
-        cmd += ["--context-length", str(server.context_length)]
-    cmd += list(server.extra_args)
-    if api_key:
-        cmd += ["--api-key", api_key]
-    return cmd
-
-
-def redacted(cmd: Sequence[str], secrets: Iterable[str] = ()) -> list[str]:
-    """``cmd`` with the value of every secret flag, and every given secret, as ``***``."""
-    return redact_argv(cmd, secrets, REDACTED)
-
-
-def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """A command *string* (e.g. SGLang's ``launch_command``) with secret flag values hidden."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, REDACTED)
-    return re.sub(
-        r"(--[A-Za-z0-9-]*(?:api-key|-key|-token|secret|password|passwd))([= ])(\S+)",
-        lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}",
-        text,
-        flags=re.IGNORECASE,
-    )
-
-
-def format_command(cmd: Sequence[str], secrets: Iterable[str] = ()) -> str:
-    """A shell-quoted, redacted command line for logs."""
-    return shlex.join(redacted(cmd, secrets))
 
 
 # --------------------------------------------------------------------------- paths
@@ -384,7 +290,7 @@ class ServerProcess:
             owner_pid=os.getpid(),
             owner_start_time=process_start_time(os.getpid()),
             owner_run_key=self.run_key,
-            cmd=redacted(self.cmd, self._secrets),
+            cmd=redact_argv(self.cmd, self._secrets),
             started_at=started_at,
             log_path=str(self.log_path),
         )

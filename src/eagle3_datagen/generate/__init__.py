@@ -1,0 +1,1 @@
+"""Stage 4, generate: one batch end to end, the per-request retry loop, planning, progress."""

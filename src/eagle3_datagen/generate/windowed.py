@@ -1,0 +1,36 @@
+"""A bounded, lazy gather: at most ``window`` awaitables running, results in input order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+async def run_windowed(
+    items: Iterator[T], fn: Callable[[T], Awaitable[R]], window: int
+) -> list[R | BaseException]:
+    """Await ``fn(item)`` for every item with at most ``window`` running at once.
+
+    Items are pulled lazily (the input is never materialised); a failure does not stop the
+    others, and results come back in input order, exceptions in place of failed results.
+    """
+    results: dict[int, R | BaseException] = {}
+    running: set[asyncio.Task[None]] = set()
+
+    async def one(i: int, item: T) -> None:
+        try:
+            results[i] = await fn(item)
+        except Exception as err:
+            results[i] = err
+
+    for i, item in enumerate(items):
+        if len(running) >= window:
+            _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+        running.add(asyncio.create_task(one(i, item)))
+    if running:
+        await asyncio.wait(running)
+    return [results[i] for i in range(len(results))]

@@ -1,0 +1,1 @@
+"""Stage 2, render: prompts to token ids with the model's own tokenizer and chat template."""

@@ -1,0 +1,1 @@
+"""Stage 7, report: what the run shows while and after it runs (summary, alarm, messages)."""
