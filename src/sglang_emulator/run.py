@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     tok_path = Path(args.tokenizer_path).expanduser() if args.tokenizer_path else None
     log(f"server_args={args.launch_command}")
     try:
-        vocab = Vocab(model_path, tok_path)
+        vocab = Vocab(model_path, tok_path, trust_remote_code=bool(args.ns.trust_remote_code))
     except (OSError, ValueError) as e:
         log(f"ERROR: cannot load tokenizer: {e}", err=True)
         return 1

@@ -2,6 +2,8 @@
 
 Special tokens are resolved by their strings; no id is hard-coded, so the emulator works with
 any tokenizer that carries the Kimi-style tokens (and degrades gracefully when some are absent).
+A tokenizer without ``tokenizer.json`` that names remote code in ``auto_map`` (Kimi-K2.5's
+tiktoken one) is loaded through transformers, as SGLang does, only with ``--trust-remote-code``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 
 import orjson
 from tokenizers import AddedToken, Tokenizer
+
+from sglang_emulator.hf_tokenizer import TransformersTokenizer, needs_remote_code
 
 # Token strings of the Kimi K2 / K2.5 chat format, keyed by the role they play in the fake model.
 KIMI_SPECIAL_TOKENS: dict[str, str] = {
@@ -99,14 +103,29 @@ class ModelMeta:
 class Vocab:
     """Tokenizer plus the ids the fake model needs, resolved once at startup."""
 
-    def __init__(self, model_path: Path, tokenizer_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        model_path: Path,
+        tokenizer_path: Path | None = None,
+        *,
+        trust_remote_code: bool = False,
+    ) -> None:
         tok_dir = tokenizer_path or model_path
         tok_file = tok_dir / "tokenizer.json"
-        if not tok_file.is_file():
-            raise FileNotFoundError(f"no tokenizer.json in {tok_dir}")
-        self.tokenizer: Tokenizer = Tokenizer.from_file(str(tok_file))
         tok_config = _read_json(tok_dir / "tokenizer_config.json")
-        self._add_missing_tokens(tok_config)
+        self.tokenizer: Tokenizer | TransformersTokenizer
+        if needs_remote_code(tok_dir, tok_config):
+            if not trust_remote_code:
+                raise ValueError(
+                    f"the tokenizer in {tok_dir} is remote code (auto_map in "
+                    "tokenizer_config.json); pass --trust-remote-code to load it"
+                )
+            self.tokenizer = TransformersTokenizer(tok_dir, trust_remote_code=True)
+        elif not tok_file.is_file():
+            raise FileNotFoundError(f"no tokenizer.json in {tok_dir}")
+        else:
+            self.tokenizer = Tokenizer.from_file(str(tok_file))
+            self._add_missing_tokens(tok_config)
 
         config = _read_json(model_path / "config.json") or _read_json(tok_dir / "config.json")
         text_config = config.get("text_config")
@@ -160,7 +179,7 @@ class Vocab:
     def _add_missing_tokens(self, tok_config: dict[str, Any]) -> None:
         """Register added tokens that tokenizer_config.json lists but tokenizer.json lacks."""
         decoder = tok_config.get("added_tokens_decoder")
-        if not isinstance(decoder, dict):
+        if not isinstance(decoder, dict) or not isinstance(self.tokenizer, Tokenizer):
             return
         missing = []
         for entry in decoder.values():
@@ -191,6 +210,8 @@ class Vocab:
         Returns (with specials, without specials), or None when the tokenizer is not plain
         byte-level or the tables disagree with ``Tokenizer.decode`` on a sample.
         """
+        if not isinstance(self.tokenizer, Tokenizer):
+            return None  # remote code decodes its own way (tiktoken: bytes per id, in Rust)
         decoder = orjson.loads(self.tokenizer.to_str()).get("decoder") or {}
         if decoder.get("type") != "ByteLevel":
             return None
