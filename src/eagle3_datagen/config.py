@@ -7,6 +7,7 @@ partitions are lists of models (editable with "Add item"), and choices are ``Lit
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -31,6 +32,18 @@ DEFAULT_CONTINUOUS_DECODE_STEPS = 4
 DEFAULT_PORT = 8000
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+REASONING_PARSER_FLAG = "--reasoning-parser"
+# SGLang's launch parser takes any unambiguous prefix of a flag (argparse's allow_abbrev); no
+# other SGLang 0.5.23 flag starts with "--rea", so from there on a prefix means this one.
+_SHORTEST_REASONING_PARSER_PREFIX = len("--rea")
+
+
+def names_reasoning_parser(arg: str) -> bool:
+    """True when SGLang would read ``arg`` as ``--reasoning-parser``: the flag itself, an
+    abbreviation of it (``--reasoning-pars``), or either with ``=value``."""
+    name = arg.split("=", 1)[0]
+    return len(name) >= _SHORTEST_REASONING_PARSER_PREFIX and REASONING_PARSER_FLAG.startswith(name)
 
 
 class _Model(BaseModel):
@@ -123,19 +136,34 @@ class SpecialTokens(_Model):
 
 class Sampling(_Model):
     """Sampling parameters sent explicitly with every request (SGLang's /generate has no model
-    defaults: generation_config.json applies only to the OpenAI chat endpoint)."""
+    defaults: generation_config.json applies only to the OpenAI chat endpoint).
+
+    The ranges are SGLang 0.5.23's own (``SamplingParams.verify``): a value outside them would
+    get a 400 for every prompt, so it is refused here, and pre-flight sends these parameters in
+    its smoke request."""
 
     temperature: float = Field(
-        title="Temperature", default=1.0, ge=0.0, description="0 means greedy."
+        title="Temperature", default=1.0, ge=0.0, allow_inf_nan=False, description="0 means greedy."
     )
     top_p: float = Field(title="Top-p", default=0.95, gt=0.0, le=1.0)
     top_k: int = Field(title="Top-k", default=-1, description="-1 means all tokens.")
     min_p: float = Field(title="Min-p", default=0.0, ge=0.0, le=1.0)
-    repetition_penalty: float = Field(title="Repetition penalty", default=1.0, ge=0.0, le=2.0)
+    repetition_penalty: float = Field(
+        title="Repetition penalty",
+        default=1.0,
+        gt=0.0,
+        le=2.0,
+        description="In (0, 2]; 1.0 means no penalty.",
+    )
     seed: int | None = Field(
         title="Sampling seed",
         default=None,
-        description="Per-request sampling_seed; None lets the server choose.",
+        ge=-(2**63),
+        le=2**63 - 1,
+        description="Base seed: each request gets its own sampling_seed derived from this and the "
+        "prompt id, so a prompt samples the same way in every run. SGLang honours it only when "
+        "launched with --enable-deterministic-inference (add it to server.extra_args); "
+        "otherwise it is ignored. None: no seed is sent.",
     )
 
     @field_validator("top_k")
@@ -145,8 +173,24 @@ class Sampling(_Model):
             raise ValueError("top_k must be -1 (all) or >= 1")
         return v
 
-    def to_sglang(self, max_new_tokens: int, stop_token_ids: list[int]) -> dict[str, Any]:
-        """The ``sampling_params`` dict for /generate; output is never trimmed or re-encoded."""
+    def request_seed(self, prompt_id: str) -> int | None:
+        """The ``sampling_seed`` of one prompt: a stable hash of the seed and the prompt id.
+
+        One seed for every request would correlate the sampling noise across prompts; per
+        prompt, a rerun or resume still draws the same way for the same prompt.
+        """
+        if self.seed is None:
+            return None
+        digest = hashlib.sha256(f"{self.seed}:{prompt_id}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") >> 1  # 63 bits: within SGLang's int64 range
+
+    def to_sglang(
+        self, max_new_tokens: int, stop_token_ids: list[int], prompt_id: str | None = None
+    ) -> dict[str, Any]:
+        """The ``sampling_params`` dict for /generate; output is never trimmed or re-encoded.
+
+        ``sampling_seed`` is there only for a ``prompt_id`` (see :meth:`request_seed`).
+        """
         params: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
             "temperature": self.temperature,
@@ -158,8 +202,8 @@ class Sampling(_Model):
             "skip_special_tokens": False,
             "no_stop_trim": True,
         }
-        if self.seed is not None:
-            params["sampling_seed"] = self.seed
+        if prompt_id is not None and (seed := self.request_seed(prompt_id)) is not None:
+            params["sampling_seed"] = seed
         return params
 
 
@@ -285,10 +329,11 @@ class ServerSpec(_Model):
     @classmethod
     def _no_reasoning_parser(cls, v: list[str]) -> list[str]:
         for arg in v:
-            if arg.split("=", 1)[0] == "--reasoning-parser":
+            if names_reasoning_parser(arg):
                 raise ValueError(
-                    "--reasoning-parser is refused: it is not needed for /generate and the "
-                    "pipeline requires the raw output_ids of a server launched without it"
+                    f"{arg!r} is refused: SGLang reads it as --reasoning-parser, which is not "
+                    "needed for /generate, and the pipeline requires the raw output_ids of a "
+                    "server launched without it"
                 )
         return v
 
