@@ -84,8 +84,9 @@ async def wait_until_healthy(
 ) -> float:
     """Poll ``/health_generate`` until it answers 200; return the seconds waited.
 
-    Connection refused/reset, timeouts and 503 mean "still starting". 401/403 fail at once
-    (a wrong API key never heals). If ``process`` exits, or ``deadline_s`` passes,
+    Connection refused/reset, timeouts and 503 mean "still starting". SGLang serves
+    ``/health*`` without the API key, so a wrong key is not seen here but by pre-flight's
+    ``/server_info``. If ``process`` exits, or ``deadline_s`` passes,
     :class:`ServerStartupError` carries the exit code or elapsed time and the log tail.
     """
     log = logger or _default_log
@@ -126,11 +127,6 @@ async def wait_until_healthy(
                 elapsed = time.monotonic() - start
                 log.info("server at %s is healthy after %.1f s", client.base_url, elapsed)
                 return elapsed
-            if last_status in (401, 403):
-                raise ServerStartupError(
-                    f"server at {client.base_url} answered HTTP {last_status} on {READY_PATH}: "
-                    "the API key is missing or wrong (server.api_key_env)"
-                )
             now = time.monotonic()
             if now >= next_progress:
                 next_progress = now + progress_every_s

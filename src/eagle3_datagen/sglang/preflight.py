@@ -2,12 +2,20 @@
 
 What is checked, and why:
 
+- ``/server_info`` answers with the configured API key (``/health*`` needs none, so this is
+  where a wrong key shows).
 - ``reasoning_parser`` must be unset: the contract is raw ``output_ids`` from a server launched
-  without it (CONTRACT.md), so a server with one is refused even though ``/generate`` ignores it.
+  without it (docs/contract.md), so a server with one is refused even though ``/generate``
+  ignores it.
 - ``tp_size`` and the model/tokenizer paths are compared with the config (warnings only: an
   attached server may legitimately differ, e.g. a hub id versus a local snapshot).
-- One smoke ``/generate`` with ``input_ids``: the server must count exactly the ids we sent
-  (``prompt_tokens``), or token-exact data is impossible.
+- One smoke ``/generate`` with ``input_ids`` and the run's own sampling parameters, under the
+  run's retry policy (a busy server's 503 is not a failed pre-flight): a 400 for those
+  parameters fails here with SGLang's reason instead of rejecting every prompt, and the server
+  must count exactly the ids we sent (``prompt_tokens``), or token-exact data is impossible.
+- Warnings for settings that silently undo a config promise: ``sampling.seed`` on a server
+  without deterministic inference (SGLang then ignores ``sampling_seed``), and an API key on a
+  server with several tokenizer workers (SGLang then does not check it).
 - The context length is learnt so that prompts that cannot fit are rejected locally
   (:meth:`ServerFacts.fits`) instead of costing a round trip each.
 """
@@ -22,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3_datagen.config import ModelSpec, ServerSpec
-from eagle3_datagen.errors import PreflightError, RequestError
+from eagle3_datagen.config import ModelSpec, RetryPolicy, Sampling, ServerSpec
+from eagle3_datagen.errors import PreflightError, RejectedRequestError, RequestError
+from eagle3_datagen.generate.requests import generate_with_retries
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.health import LogSink
 from eagle3_datagen.sglang.redact import redact_text
@@ -31,7 +40,9 @@ from eagle3_datagen.sglang.redact import redact_text
 _default_log = logging.getLogger(__name__)
 
 SMOKE_INPUT_IDS = [1, 2, 3, 4]
-# SGLang derives max_req_input_len = min(context_len - 1, pool - 1) - 5 (scheduler.py, §4).
+SMOKE_MAX_NEW_TOKENS = 1
+# SGLang derives max_req_input_len = min(context_len - 1, pool - 1) - 5 (scheduler.py;
+# docs/sglang-api.md section 4).
 _REQ_INPUT_MARGIN = 6
 
 # Key-name parts that mark a secret. "token" only as a whole word: max_total_num_tokens,
@@ -95,8 +106,8 @@ def length_rejection(
 ) -> str | None:
     """Why SGLang would reject a request for its length (``prompt_too_long: ...``), or None.
 
-    SGLang's rules (sglang-api.md §4): the prompt alone must be shorter than the context,
-    prompt + max_new_tokens must not exceed it, and the scheduler aborts prompts of
+    SGLang's rules (docs/sglang-api.md, section 4): the prompt alone must be shorter than the
+    context, prompt + max_new_tokens must not exceed it, and the scheduler aborts prompts of
     ``max_req_input_len`` tokens or more (a smaller KV pool can make that bind first).
     """
     ctx = context_length
@@ -202,20 +213,46 @@ def _same_location(served: str, configured: str) -> bool:
     return pa.name == pb.name
 
 
+def promise_warnings(
+    server_info: dict[str, Any], *, sampling: Sampling, api_key: str | None
+) -> list[str]:
+    """Server settings under which a config promise silently does not hold."""
+    warnings = []
+    if sampling.seed is not None and server_info.get("enable_deterministic_inference") is not True:
+        warnings.append(
+            "sampling.seed is set, but the server does not report enable_deterministic_inference: "
+            "SGLang then ignores sampling_seed, so outputs are not reproducible (launch it with "
+            "--enable-deterministic-inference in server.extra_args)"
+        )
+    workers = _positive_int(server_info.get("tokenizer_worker_num"))
+    if api_key and workers is not None and workers > 1:
+        warnings.append(
+            f"the server runs {workers} tokenizer workers (--tokenizer-worker-num): SGLang does "
+            "not check the API key then, so anyone who can reach it can use it"
+        )
+    return warnings
+
+
 async def preflight(
     client: SGLangClient,
     *,
     server: ServerSpec,
     model: ModelSpec,
+    sampling: Sampling | None = None,
+    retries: RetryPolicy | None = None,
     logger: LogSink | None = None,
     api_key: str | None = None,
 ) -> ServerFacts:
     """Check the server against the config and learn its context length; see module doc.
 
-    Raises :class:`PreflightError` when a reasoning parser is set, when the server cannot be
-    queried, or when the smoke request's token count is off. ``api_key`` is only used to
-    scrub it from the returned facts.
+    Raises :class:`PreflightError` when the server cannot be queried (a refused API key
+    included), when a reasoning parser is set, when the server refuses the run's ``sampling``
+    or the smoke request runs out of ``retries``, or when its token counts are off.
+    ``sampling`` and ``retries`` are the run's (the config's defaults when not given).
+    ``api_key`` is the key ``client`` sends; it is scrubbed from the returned facts.
     """
+    sampling = sampling or Sampling()
+    retries = retries or RetryPolicy()
     log = logger or _default_log
     secrets = (api_key,) if api_key else ()
     warnings: list[str] = []
@@ -228,6 +265,13 @@ async def preflight(
         server_info = await client.server_info()
         model_info = await client.model_info()
     except RequestError as err:
+        if err.status in (401, 403):
+            sent = "the configured API key" if api_key else "no API key"
+            raise PreflightError(
+                f"the server at {client.base_url} refused {sent} (HTTP {err.status} on "
+                "/server_info): set server.api_key_env or server.api_key_secret to the key it "
+                "was launched with (--api-key)"
+            ) from None
         raise PreflightError(f"cannot query {client.base_url}: {err}") from None
 
     for source, info in (("/server_info", server_info), ("/model_info", model_info)):
@@ -237,7 +281,7 @@ async def preflight(
                 f"the server at {client.base_url} runs with --reasoning-parser {parser} "
                 f"(reported by {source}); relaunch it without --reasoning-parser: this "
                 "pipeline stores the raw output_ids of a server launched without one, so "
-                "training data matches the target model exactly (CONTRACT.md)"
+                "training data matches the target model exactly (docs/contract.md)"
             )
 
     served_tp = server_info.get("tp_size")
@@ -261,13 +305,27 @@ async def preflight(
             f"{server.context_length}"
         )
 
+    for message in promise_warnings(server_info, sampling=sampling, api_key=api_key):
+        warn(message)
+
+    # The run's own sampling (a 400 for it would reject every prompt), with a seed as the
+    # run's requests carry one; the rid prefix tells the emulator not to inject faults.
+    smoke_sampling = sampling.to_sglang(SMOKE_MAX_NEW_TOKENS, [], prompt_id="preflight")
     rid = f"preflight-{uuid.uuid4().hex[:12]}"
     try:
-        result = await client.generate(
-            list(SMOKE_INPUT_IDS), {"max_new_tokens": 1, "temperature": 0.0}, rid
+        result = await generate_with_retries(
+            client, list(SMOKE_INPUT_IDS), smoke_sampling, rid=rid, policy=retries
         )
-    except RequestError as err:
+    except RejectedRequestError as err:
+        raise PreflightError(
+            f"the server refuses the run's sampling parameters {smoke_sampling}: {err}"
+        ) from None
+    except RequestError as err:  # retries exhausted
         raise PreflightError(f"smoke /generate (rid {rid}) failed: {err}") from None
+    if result.finish_type == "abort":
+        raise PreflightError(
+            f"smoke /generate (rid {rid}) was aborted on every try: {result.finish_message}"
+        )
     if result.prompt_tokens != len(SMOKE_INPUT_IDS):
         raise PreflightError(
             f"smoke /generate sent {len(SMOKE_INPUT_IDS)} input_ids but the server counted "
