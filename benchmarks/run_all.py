@@ -201,6 +201,12 @@ def details(r: dict[str, Any]) -> list[str]:
             f"both sides; CPU-time rates {d['batched_cpu_rate']:,.0f} vs "
             f"{d['naive_cpu_rate']:,.0f}/s ({d['cpu_speedup']:.2f}x)"
         )
+        if t := d.get("tiktoken"):
+            lines.append(
+                f"    tiktoken tokenizer (Kimi-K2.5's class path, Python): render "
+                f"{t['batched_rate']:,.0f} vs naive {t['naive_rate']:,.0f}/s "
+                f"({t['speedup']:.2f}x; CPU {t['cpu_speedup']:.2f}x), same ids on both sides"
+            )
     return lines
 
 
