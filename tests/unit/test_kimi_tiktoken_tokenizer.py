@@ -44,7 +44,8 @@ def tok() -> Any:
 
 
 def test_loads_offline_as_remote_code_without_a_rust_backend() -> None:
-    """A fresh interpreter, hub access off: the class comes from tokenization_kimi.py."""
+    """A fresh interpreter, hub access off: the class comes from tokenization_kimi.py, although
+    config.json says model_type kimi_k25 (which some transformers releases overrode)."""
     code = (
         "from transformers import AutoTokenizer\n"
         f"t = AutoTokenizer.from_pretrained({str(TIKTOKEN_DIR)!r}, trust_remote_code=True)\n"
@@ -71,6 +72,26 @@ def test_chat_tokenizer_refuses_it_without_trust_remote_code() -> None:
     assert type(converted).__name__ != "TikTokenTokenizer"
     with pytest.raises(TokenizerError, match="trust_remote_code"):
         ChatTokenizer(str(TIKTOKEN_DIR), trust_remote_code=False)
+
+
+def test_chat_tokenizer_refuses_a_fast_stand_in_for_the_remote_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Some transformers releases returned a converted fast tokenizer for Kimi-K2.5 even with
+    trust_remote_code (wrong ids from 163589 up); such a tokenizer must not render prompts."""
+    import transformers
+
+    from eagle3_datagen.errors import TokenizerError
+    from eagle3_datagen.render import chat_tokenizer
+
+    converted = transformers.AutoTokenizer.from_pretrained(str(TIKTOKEN_DIR))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: converted)
+    chat_tokenizer._load.cache_clear()
+    try:
+        with pytest.raises(TokenizerError, match="not the remote code"):
+            chat_tokenizer.ChatTokenizer(str(TIKTOKEN_DIR), trust_remote_code=True)
+    finally:
+        chat_tokenizer._load.cache_clear()
 
 
 def test_special_tokens_have_kimi_k25_ids(tok: Any) -> None:

@@ -35,25 +35,24 @@ class RenderError:
     reason: str
 
 
-def _remote_code_class(path: str) -> str | None:
-    """The class ``auto_map`` names for AutoTokenizer in a local tokenizer_config.json, if any."""
+def _remote_code_classes(path: str) -> list[str]:
+    """The classes ``auto_map`` names for AutoTokenizer in a local tokenizer_config.json."""
     try:
         config = orjson.loads((Path(path) / "tokenizer_config.json").read_bytes())
         names = config["auto_map"]["AutoTokenizer"]
     except (OSError, ValueError, KeyError, TypeError):
-        return None
-    name = names[0] if isinstance(names, list) and names else names
-    return name if isinstance(name, str) else None
+        return []
+    return [n for n in (names if isinstance(names, list) else [names]) if isinstance(n, str)]
 
 
 @functools.cache
 def _load(path: str, trust_remote_code: bool) -> Any:
-    remote = _remote_code_class(path)
-    if remote is not None and not trust_remote_code:
+    remote = _remote_code_classes(path)
+    if remote and not trust_remote_code:
         # transformers 5 would quietly build another tokenizer (a fast one converted from the
         # vocabulary file) whose ids need not be the model's: refuse instead.
         raise TokenizerError(
-            f"the tokenizer at {path!r} is remote code ({remote}); "
+            f"the tokenizer at {path!r} is remote code ({remote[0]}); "
             "set model.trust_remote_code: true to load it"
         )
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -63,9 +62,17 @@ def _load(path: str, trust_remote_code: bool) -> Any:
         from transformers import AutoTokenizer
 
         try:
-            return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+            tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         except Exception as err:  # transformers raises OSError, ValueError, ...
             raise TokenizerError(f"cannot load tokenizer from {path!r}: {err}") from None
+    if remote and type(tok).__name__ not in {n.rsplit(".", 1)[-1] for n in remote}:
+        # Some transformers releases forced Kimi-K2.5 onto a converted fast tokenizer despite
+        # auto_map, giving wrong ids from 163589 up (</think> included).
+        raise TokenizerError(
+            f"transformers loaded {type(tok).__name__} for {path!r}, not the remote code "
+            f"{remote[0]} its tokenizer_config.json names; its ids need not be the model's"
+        )
+    return tok
 
 
 class ChatTokenizer:
