@@ -6,169 +6,19 @@ API the UI reads). One server, one worker and one set of flow runs serve the who
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-from tests.support import REPO, free_port
-
-FINAL_STATES = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-
-
-@dataclass
-class PrefectServer:
-    """The server subprocess and how to talk to it: REST for checks, CLI for actions."""
-
-    api: str
-    env: dict[str, str]
-    home: Path
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        r = httpx.post(f"{self.api}{path}", json=body or {}, timeout=30)
-        r.raise_for_status()
-        return r.json()
-
-    def get(self, path: str) -> Any:
-        r = httpx.get(f"{self.api}{path}", timeout=30)
-        r.raise_for_status()
-        return r.json()
-
-    def cli(self, *args: str, check: bool = True, timeout: float = 120) -> str:
-        """``prefect ARGS`` as a user types it, from the repository root."""
-        proc = subprocess.run(
-            [sys.executable, "-m", "prefect", *args], cwd=REPO, env=self.env,
-            capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
-        out = proc.stdout + proc.stderr
-        if check and proc.returncode != 0:
-            raise AssertionError(f"prefect {' '.join(args)} exited {proc.returncode}:\n{out}")
-        return out
-
-    def start(self, *args: str, log: Path) -> subprocess.Popen[bytes]:
-        """A long-running ``prefect`` subprocess (a worker), stopped at teardown by its pid."""
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "prefect", *args], cwd=REPO, env=self.env,
-                stdout=fh, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        self.procs.append(proc)
-        return proc
-
-    def run_deployment(self, name: str, params: dict[str, Any]) -> str:
-        """``prefect deployment run NAME --params JSON``; returns the flow run id."""
-        out = self.cli("deployment", "run", name, "--params", json.dumps(params))
-        match = re.search(r"UUID: ([0-9a-f-]{36})", out)
-        assert match, out
-        return match.group(1)
-
-    def wait_final(self, flow_run_id: str, timeout: float = 240) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            run = self.get(f"/flow_runs/{flow_run_id}")
-            if run["state_type"] in FINAL_STATES:
-                return dict(run)
-            time.sleep(1.0)
-        raise TimeoutError(f"flow run {flow_run_id} still {run['state_type']} after {timeout} s")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+from tests.support.prefect import PrefectServer, running_prefect_server
 
 
 @pytest.fixture(scope="session")
 def prefect_server() -> Iterator[PrefectServer]:
     """``prefect server start`` on a free port with its own PREFECT_HOME; ~20-40 s to start."""
-    home = Path(tempfile.mkdtemp(prefix="e2e-prefect-"))
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(
-        PREFECT_HOME=str(home),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_LOGGING_EXTRA_LOGGERS="eagle3_datagen",
-        TRANSFORMERS_VERBOSITY="error",
-    )
-    log = open(home / "server.log", "wb")  # noqa: SIM115 - closed at teardown
-    server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-         "--port", str(port), "--analytics-off"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    api = f"http://127.0.0.1:{port}/api"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"prefect server exited: {(home / 'server.log').read_text()}")
-            try:
-                if httpx.get(f"{api}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("prefect server did not answer /api/health in 180 s")
-            time.sleep(0.5)
-        client_env = dict(env, PREFECT_API_URL=api, PREFECT_WORKER_QUERY_SECONDS="1")
-        srv = PrefectServer(api=api, env=client_env, home=home)
+    with running_prefect_server() as srv:
         yield srv
-        for proc in reversed(srv.procs):
-            _stop(proc)
-    finally:
-        _stop(server)
-        log.close()
-
-
-class Hook:
-    """A webhook receiver standing in for Slack: collects the notifications it is sent."""
-
-    def __init__(self) -> None:
-        self.received: list[str] = []
-        received = self.received
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length", 0))
-                received.append(self.rfile.read(length).decode())
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
-@dataclass
-class Runs:
-    """The module's flow runs, started together so their start-up overlaps."""
-
-    demo: str
-    failing: str
-    invalid: str
-    demo_dir: Path
-    invalid_dir: Path
-    hook: Hook
 
 
 @pytest.fixture(scope="session")
@@ -181,17 +31,3 @@ def deployed(prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFac
     log = tmp_path_factory.mktemp("worker") / "worker.log"
     srv.start("worker", "start", "--pool", "gpu-process", "--name", "e2e-gpu-node", log=log)
     return log
-
-
-def notification_block(srv: PrefectServer, url: str) -> str:
-    """A webhook notification block (what a user makes for Slack); returns its id."""
-    code = (
-        "from prefect.blocks.notifications import CustomWebhookNotificationBlock as B\n"
-        f"b = B(name='e2e', url={url!r}, json_data={{'text': '{{{{subject}}}}|{{{{body}}}}'}})\n"
-        "print(b.save('eagle3-alerts', overwrite=True))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=srv.env, capture_output=True, text=True, timeout=120,
-        check=True,
-    ).stdout  # fmt: skip
-    return out.strip().splitlines()[-1]

@@ -10,7 +10,7 @@ import pytest
 
 from eagle3_datagen.demo import demo_config
 from eagle3_datagen.sglang.orphans import pid_alive
-from tests.e2e.conftest import PrefectServer
+from tests.support.prefect import PrefectServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

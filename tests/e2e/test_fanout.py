@@ -11,14 +11,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from eagle3_datagen.demo import TOKENIZER_DIR
-from tests.e2e.conftest import PrefectServer
 from tests.support import REPO
+from tests.support.prefect import PrefectServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -35,7 +36,7 @@ def write_partition(path: Path, prefix: str, n: int) -> list[str]:
     return ids
 
 
-def job_runs(srv: PrefectServer) -> list[dict]:  # type: ignore[type-arg]
+def job_runs(srv: PrefectServer) -> list[dict[str, Any]]:
     deps = srv.post("/deployments/filter", {"deployments": {"name": {"any_": ["partition-job"]}}})
     return list(
         srv.post("/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [deps[0]["id"]]}}})
@@ -55,7 +56,7 @@ def test_fan_out_runs_each_partition_once_across_two_workers(
                   log=tmp_path / f"{name}.log")  # fmt: skip
 
     parts = {name: write_partition(tmp_path / f"{name}.jsonl", name, 30) for name in "xyz"}
-    config = {
+    config: dict[str, Any] = {
         "model": {"path": str(TOKENIZER_DIR)},
         "server": {"mode": "launch", "engine": "emulator", "port": 0, "startup_timeout_s": 60,
                    "extra_args": ["--emu-running-slots", "4", "--emu-decode-ms-per-token", "5"]},

@@ -19,9 +19,9 @@ import pytest
 
 from eagle3_datagen.config import PipelineConfig, load_config
 from eagle3_datagen.demo import demo_config
-from tests.e2e.conftest import Hook, PrefectServer, Runs, notification_block
 from tests.support import REPO
 from tests.support.emulator import EmulatorProcess
+from tests.support.prefect import Hook, PrefectServer, Runs, notification_block
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -45,6 +45,7 @@ def test_demo_output_loads_exports_and_validates(
     config = demo_config(tmp_path / "out")
     ok, manifest = run_pipeline(config)
     assert ok, manifest
+    assert isinstance(manifest, dict)
     root = Path(config.output_dir)
 
     # Provenance: in the manifest and in every shard's key-value metadata.

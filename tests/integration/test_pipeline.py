@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import struct
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pyarrow.parquet as pq
 import pytest
 
@@ -14,13 +15,14 @@ from eagle3_datagen.cli import run_pipeline
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import demo_config
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from tests.support.emulator import read_ledger
 
 pytestmark = pytest.mark.usefixtures("prefect_backend")
 
 
-def read_ledger(path: Path) -> dict[str, dict[str, Any]]:
-    entries = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
-    return {e["rid"]: e for e in entries}
+def sha256_int32(ids: list[int]) -> str:
+    """The ledger's prompt fingerprint, computed here independently: sha256 of int32 LE ids."""
+    return hashlib.sha256(struct.pack(f"<{len(ids)}i", *ids)).hexdigest()
 
 
 def input_lines(path: str) -> dict[int, dict[str, Any] | None]:
@@ -38,7 +40,7 @@ def test_demo_dataset_holds_exact_tokens(tmp_path: Path, chat_tokenizer: ChatTok
     ok, manifest = run_pipeline(config)
     assert ok, manifest
     assert isinstance(manifest, dict)
-    ledger = read_ledger(Path(config.output_dir) / "emulator-ledger.jsonl")
+    ledger = {e["rid"]: e for e in read_ledger(Path(config.output_dir) / "emulator-ledger.jsonl")}
     tok = chat_tokenizer.tok
 
     for part in config.partitions:
@@ -64,7 +66,11 @@ def test_demo_dataset_holds_exact_tokens(tmp_path: Path, chat_tokenizer: ChatTok
                 return_dict=False,
             )  # fmt: skip
             assert row["prompt_ids"] == list(expected_prompt)
-            assert row["output_ids"] == ledger[row["rid"]]["output_ids"]
+            # what the server received and sent, as its ledger recorded it
+            received = ledger[row["rid"]]
+            assert received["input_ids_sha256"] == sha256_int32(row["prompt_ids"])
+            assert received["prompt_tokens"] == len(row["prompt_ids"]) == row["prompt_tokens"]
+            assert row["output_ids"] == received["output_ids"]
             assert row["completion_tokens"] == len(row["output_ids"])
             assert row["partition"] == part.name
             assert row["finish_reason"] in ("stop", "length")

@@ -2,69 +2,28 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
-import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import orjson
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from eagle3_datagen.cli import run_pipeline
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen.demo import TOKENIZER_DIR, free_port
+from tests.support.emulator import read_ledger
+from tests.support.pipeline import CliRun, base_config, records
+from tests.support.prompts import prompt_ids, write_prompts
 
 pytestmark = pytest.mark.usefixtures("prefect_backend")
 
 
-def write_prompts(path: Path, n: int) -> list[str]:
-    ids = []
-    with path.open("w") as fh:
-        for i in range(n):
-            pid = f"p{i:04d}"
-            ids.append(pid)
-            row: dict[str, Any] = {"id": pid, "messages": [{"role": "user", "content": f"q {i}"}]}
-            if i % 5 == 0:
-                row["tools"] = [{"type": "function", "function": {"name": "lookup"}}]
-            fh.write(json.dumps(row) + "\n")
-    return ids
-
-
-def base_config(tmp_path: Path, prompts: Path, **server: Any) -> dict[str, Any]:
-    return {
-        "model": {"path": str(TOKENIZER_DIR)},
-        "server": {
-            "mode": "launch",
-            "engine": "emulator",
-            "port": free_port(),
-            "startup_timeout_s": 60,
-            "request_timeout_s": 60,
-            **server,
-        },
-        "tiers": [{"name": "SHORT", "concurrency": 16, "max_tokens": 2048}],
-        "partitions": [{"name": "chaos", "input": str(prompts), "tier": "SHORT"}],
-        "output_dir": str(tmp_path / "out"),
-        "batch_size": 32,
-        "retries": {"max_attempts": 8, "backoff_initial_s": 0.05, "backoff_max_s": 0.5},
-    }
-
-
-def records(output_dir: Path, partition: str) -> dict[str, dict[str, Any]]:
-    rows = pq.read_table(sorted((output_dir / partition).glob("part-*.parquet"))).to_pylist()
-    ids = [r["id"] for r in rows]
-    assert len(ids) == len(set(ids)), "an id was written twice"
-    return {r["id"]: r for r in rows}
-
-
 def test_chaos_server_faults_and_a_crash_still_give_every_id_once(tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.jsonl"
-    ids = write_prompts(prompts, 240)
+    ids = prompt_ids(240)
+    write_prompts(prompts, 240)
     faults = ["--emu-fault-seed", "7", "--emu-fault-503-rate", "0.05", "--emu-fault-reset-rate",
               "0.02", "--emu-fault-hang-rate", "0.01", "--emu-hang-s", "600",
               "--emu-crash-after", "150"]  # fmt: skip
@@ -99,22 +58,17 @@ def test_rerun_with_changed_sampling_is_refused_and_names_it(tmp_path: Path) -> 
     assert ok, result
 
 
-def ledger_entries(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    complete = data[: data.rfind(b"\n") + 1]  # the emulator may be mid-way through a line
-    return [orjson.loads(x) for x in complete.splitlines() if x.strip()]
+def _sent_since(ledger: Path, base: int, n: int) -> bool:
+    return len(read_ledger(ledger)) - base >= n
 
 
 @pytest.mark.slow
 def test_sigkill_at_five_points_resumes_to_the_uninterrupted_dataset(
     tmp_path: Path, emulator_factory: Any
 ) -> None:
-    from prefect.settings import PREFECT_API_URL
-
     prompts = tmp_path / "prompts.jsonl"
-    ids = write_prompts(prompts, 240)
+    ids = prompt_ids(240)
+    write_prompts(prompts, 240)
     concurrency = 12
     ledger = tmp_path / "ledger.jsonl"
     slow = ["--emu-running-slots", str(concurrency), "--emu-decode-ms-per-token", "2",
@@ -130,32 +84,22 @@ def test_sigkill_at_five_points_resumes_to_the_uninterrupted_dataset(
         path.write_text(yaml.safe_dump(data))
         return path
 
-    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-
-    def start(cfg: Path) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "eagle3_datagen.cli", "run", str(cfg)]
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
     # Uninterrupted reference run.
-    ref = start(config_file(tmp_path / "ref"))
-    assert ref.wait(240) == 0, ref.stderr.read().decode()  # type: ignore[union-attr]
+    ref = CliRun(config_file(tmp_path / "ref"), tmp_path / "ref.log")
+    assert ref.wait(240) == 0, ref.output()
     reference = records(tmp_path / "ref", "chaos")
-    base = len(ledger_entries(ledger))
+    base = len(read_ledger(ledger))
 
     killed_cfg = config_file(tmp_path / "killed")
     kills = 0
     for target in (20, 60, 100, 140, 180):
-        proc = start(killed_cfg)
-        deadline = time.monotonic() + 120
-        while len(ledger_entries(ledger)) - base < target:
-            assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "pipeline made no progress"
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        run = CliRun(killed_cfg, tmp_path / f"killed-{target}.log")
+        run.wait_while_running(partial(_sent_since, ledger, base, target))
+        os.kill(run.proc.pid, signal.SIGKILL)
+        run.proc.wait()
         kills += 1
-    final = start(killed_cfg)
-    assert final.wait(240) == 0, final.stderr.read().decode()  # type: ignore[union-attr]
+    final = CliRun(killed_cfg, tmp_path / "final.log")
+    assert final.wait(240) == 0, final.output()
 
     got = records(tmp_path / "killed", "chaos")
     assert sorted(got) == ids
@@ -163,7 +107,7 @@ def test_sigkill_at_five_points_resumes_to_the_uninterrupted_dataset(
         assert got[pid]["prompt_ids"] == reference[pid]["prompt_ids"]
         assert got[pid]["output_ids"] == reference[pid]["output_ids"]
     # Only what was in flight at each kill was sent twice.
-    sent = [e for e in ledger_entries(ledger)[base:] if not e["rid"].startswith("preflight")]
+    sent = [e for e in read_ledger(ledger)[base:] if not e["rid"].startswith("preflight")]
     lines = [e["rid"].split(":")[1] for e in sent]
     resent = len(lines) - len(set(lines))
     assert kills == 5

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.integration.test_resilience import base_config, ledger_entries, write_prompts
+from tests.support.emulator import read_ledger
+from tests.support.pipeline import CliRun, base_config
+from tests.support.prompts import prompt_ids, write_prompts
 
 pytestmark = pytest.mark.usefixtures("prefect_backend")
 
@@ -22,10 +20,9 @@ pytestmark = pytest.mark.usefixtures("prefect_backend")
 def test_two_servers_share_load_and_one_dying_loses_nothing(
     tmp_path: Path, emulator_factory: Any
 ) -> None:
-    from prefect.settings import PREFECT_API_URL
-
     prompts = tmp_path / "prompts.jsonl"
-    ids = write_prompts(prompts, 200)
+    ids = prompt_ids(200)
+    write_prompts(prompts, 200)
     slow = ["--emu-running-slots", "8", "--emu-decode-ms-per-token", "2",
             "--emu-mean-output-tokens", "100"]  # fmt: skip
     ledger_a, ledger_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
@@ -37,25 +34,15 @@ def test_two_servers_share_load_and_one_dying_loses_nothing(
     data["tiers"][0]["concurrency"] = 16
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "eagle3_datagen.cli", "run", str(cfg)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-
-    deadline = time.monotonic() + 120
+    run = CliRun(cfg, tmp_path / "run.log")
 
     def served(ledger: Path) -> set[str]:  # generation requests only, not the preflight one
-        return {e["rid"] for e in ledger_entries(ledger) if ":" in e["rid"]}
+        return {e["rid"] for e in read_ledger(ledger) if ":" in e["rid"]}
 
-    while len(served(ledger_b)) < 40:  # b has done real work: now it dies
-        assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    run.wait_while_running(lambda: len(served(ledger_b)) >= 40)  # b did real work: now it dies
     b.proc.kill()
     b.proc.wait()
-    _out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, err.decode()[-3000:]
+    assert run.wait(240) == 0, run.output()
 
     rows = pq.read_table(sorted((Path(data["output_dir"]) / "chaos").glob("part-*.parquet")))
     got = rows.column("id").to_pylist()

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import secrets
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from pydantic import SecretStr
 
 from eagle3_datagen.cli import run_pipeline
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.sglang.orphans import pid_alive
-from tests.integration.test_resilience import base_config, ledger_entries, write_prompts
+from tests.support.emulator import read_ledger
+from tests.support.pipeline import CliRun, base_config
+from tests.support.prompts import write_prompts
 
 pytestmark = pytest.mark.usefixtures("prefect_backend")
 
@@ -42,8 +41,6 @@ def _servers(out: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_sigkilled_run_leaves_no_server_after_the_next_run(tmp_path: Path) -> None:
-    from prefect.settings import PREFECT_API_URL
-
     prompts = tmp_path / "p.jsonl"
     write_prompts(prompts, 120)
     ledger = tmp_path / "ledger.jsonl"
@@ -56,36 +53,69 @@ def test_sigkilled_run_leaves_no_server_after_the_next_run(tmp_path: Path) -> No
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(data))
     out = Path(data["output_dir"])
-    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-    cmd = [sys.executable, "-m", "eagle3_datagen.cli", "run", str(cfg)]
-    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while len(ledger_entries(ledger)) < 10:
-        assert first.poll() is None, first.stderr.read().decode()  # type: ignore[union-attr]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    first = CliRun(cfg, tmp_path / "first.log")
+    first.wait_while_running(lambda: len(read_ledger(ledger)) >= 10)
     (server,) = _servers(out)
     assert pid_alive(server["pid"])
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait()
 
-    second = subprocess.run(cmd, env=env, capture_output=True, timeout=300)
-    assert second.returncode == 0, second.stderr.decode()[-3000:]
+    second = CliRun(cfg, tmp_path / "second.log")
+    assert second.wait(300) == 0, second.output()
     assert not pid_alive(server["pid"]), "the killed run's server outlived it"
     assert _servers(out) == [], "the second run's server is stopped and its pidfile removed"
 
 
-async def _prefect_text() -> str:
+async def _prefect_text_of_run(output_dir: Path) -> tuple[str, int]:
+    """Every log line, artifact and parameter set of the run that wrote ``output_dir`` (the
+    parent flow run and its partition subflows), and how many log lines that was."""
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterParentFlowRunId,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
+    from prefect.client.schemas.objects import Log
+    from prefect.client.schemas.sorting import FlowRunSort
+    from prefect.logging.handlers import APILogHandler
 
+    await APILogHandler.aflush()  # logs reach the API in the background: send what is queued
     async with get_client() as client:
-        logs = await client.read_logs(limit=200)
-        artifacts = await client.read_artifacts(limit=200)
-        runs = await client.read_flow_runs(limit=200)
+        recent = await client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=200)
+        (parent,) = [  # the subflows get the same config; the parent has no parent task
+            r for r in recent
+            if (r.parameters.get("config") or {}).get("output_dir") == str(output_dir)
+            and r.parent_task_run_id is None
+        ]  # fmt: skip
+        children = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent.id])
+            )
+        )
+        runs = [parent, *children]
+        ids = [r.id for r in runs]
+        logs: list[Log] = []
+        while True:  # page through all of them: the server caps one read at 200
+            page = await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids)),
+                limit=200,
+                offset=len(logs),
+            )
+            logs += page
+            if len(page) < 200:
+                break
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=ids))
+        )
+    assert children, "the run's partition subflow was not found"
+    assert {log.flow_run_id for log in logs} == set(ids), "every flow run of the run logged"
     parts = [log.message for log in logs]
     parts += [json.dumps(a.data, default=str) + str(a.description) for a in artifacts]
     parts += [json.dumps(r.parameters, default=str) for r in runs]
-    return "\n".join(parts)
+    return "\n".join(parts), len(logs)
 
 
 def test_api_key_never_appears_in_logs_artifacts_or_output(
@@ -105,8 +135,9 @@ def test_api_key_never_appears_in_logs_artifacts_or_output(
     for path in files:
         assert key.encode() not in path.read_bytes(), f"API key found in {path}"
     assert key not in json.dumps(result, default=str)
-    text = asyncio.run(_prefect_text())
-    assert "launched server pid" in text  # the logs were really read
+    text, n_logs = asyncio.run(_prefect_text_of_run(out))
+    assert n_logs >= 10, f"only {n_logs} log lines of this run were read"
+    assert "launched server pid" in text  # the run's own logs, not another run's
     assert key not in text
 
 
@@ -114,7 +145,7 @@ def test_api_key_from_a_prefect_secret_block(tmp_path: Path) -> None:
     from prefect.blocks.system import Secret
 
     key = "sk-" + secrets.token_hex(16)
-    Secret(value=key).save("e3-test-sglang-key", overwrite=True)
+    Secret(value=SecretStr(key)).save("e3-test-sglang-key", overwrite=True)
     prompts = tmp_path / "p.jsonl"
     write_prompts(prompts, 5)
     data = base_config(tmp_path, prompts, api_key_secret="e3-test-sglang-key")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from server_helpers import Cleanup
+
+from tests.support.servers import Cleanup
 
 
 @pytest.fixture

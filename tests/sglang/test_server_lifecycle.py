@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_helpers import MODEL_DIR, Cleanup, emulator_spec, free_port, model_spec, wait_gone
 
 from eagle3_datagen.errors import PreflightError, ServerStartupError
 from eagle3_datagen.sglang.client import SGLangClient
@@ -30,6 +29,8 @@ from eagle3_datagen.sglang.orphans import (
 )
 from eagle3_datagen.sglang.preflight import preflight
 from eagle3_datagen.sglang.process import ServerProcess, server_log_path, server_state_dir
+from tests.support import TOKENIZER_DIR, free_port
+from tests.support.servers import Cleanup, emulator_spec, model_spec, wait_gone
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -238,7 +239,7 @@ def _start_owner(
             str(tmp_path),
             str(free_port()),
             "1" if pdeathsig else "0",
-            str(MODEL_DIR),
+            str(TOKENIZER_DIR),
         ],
         stdout=subprocess.PIPE,
         text=True,

@@ -9,9 +9,11 @@ Benchmarks import it as ``tests.support`` (the repository root is on the path in
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER_DIR = REPO / "src" / "eagle3_datagen" / "assets" / "kimi-k2.5-mini"
@@ -33,3 +35,15 @@ def wait_until(
         if time.monotonic() > deadline:
             raise TimeoutError(f"condition not met within {timeout_s}s: {condition!r}")
         time.sleep(interval_s)
+
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> int:
+    """SIGTERM a child we started, SIGKILL it after ``grace_s``; returns its exit status."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return int(proc.returncode)

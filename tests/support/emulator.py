@@ -15,7 +15,7 @@ from typing import Any, Self
 import httpx
 import orjson
 
-from tests.support import TOKENIZER_DIR, free_port
+from tests.support import TOKENIZER_DIR, free_port, stop_process
 
 
 class EmulatorProcess:
@@ -101,17 +101,11 @@ class EmulatorProcess:
         if self._client is not None:
             self._client.close()
             self._client = None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc)
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
-        return self.proc.returncode
+        return code
 
     def __enter__(self) -> Self:
         return self.wait_ready()

@@ -15,7 +15,7 @@ from eagle3_datagen.audit import AuditReport, validate_dataset
 from eagle3_datagen.cli import main
 from eagle3_datagen.errors import DatasetError
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from tests.unit.dataset_factory import (
+from tests.support.dataset import (
     TOKENIZER_DIR,
     Batch,
     Tok,

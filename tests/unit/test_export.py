@@ -13,7 +13,7 @@ from eagle3_datagen.cli import main
 from eagle3_datagen.errors import DatasetError
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.write.export import export_dataset
-from tests.unit.dataset_factory import Batch, Tok, make_config, make_fingerprint, write_dataset
+from tests.support.dataset import Batch, Tok, make_config, make_fingerprint, write_dataset
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,9 @@ def lines_of(path: Path, batch_size: int) -> list[tuple[int, bytes]]:
     for spec in plan_batches("p", path, batch_size):
         items = read_batch(spec)
         assert len(items) == spec.count
-        out.extend(items)  # type: ignore[arg-type]
+        for n, raw in items:
+            assert isinstance(raw, bytes)  # a JSONL batch: raw lines, not Parquet rows
+            out.append((n, raw))
     return out
 
 

@@ -90,7 +90,7 @@ def test_well_formed_kimi_output_is_accepted(ids: TokenIds, t: dict[str, int]) -
 )
 def test_each_rule_rejects(
     ids: TokenIds, t: dict[str, int], out_fn, finish: str, code: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     v = run(ids, thinking_prompt(t), out_fn(t), finish=finish)
     assert code in codes(v), v.reasons
 
@@ -187,7 +187,7 @@ def test_tool_call_only_answer_is_not_empty(ids: TokenIds, t: dict[str, int]) ->
         ],  # nested call
     ],
 )
-def test_malformed_tool_calls_are_rejected(ids: TokenIds, t: dict[str, int], broken) -> None:  # type: ignore[no-untyped-def]
+def test_malformed_tool_calls_are_rejected(ids: TokenIds, t: dict[str, int], broken) -> None:
     out = [10, t["</think>"], 12, *broken(t), t["<|im_end|>"]]
     assert "malformed_tool_call" in codes(run(ids, thinking_prompt(t), out))
 

@@ -1,26 +1,16 @@
-"""Helpers for server-lifecycle tests: free ports, emulator specs, and process cleanup by pid."""
+"""Server-lifecycle helpers: emulator launch specs, waiting for a pid to go, cleanup by pid."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
-from pathlib import Path
 from typing import Any
 
-import eagle3_datagen
 from eagle3_datagen.config import ModelSpec, ServerSpec
 from eagle3_datagen.sglang.orphans import pid_alive
 from eagle3_datagen.sglang.process import ServerProcess
-
-MODEL_DIR = Path(eagle3_datagen.__file__).parent / "assets" / "kimi-k2.5-mini"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support import TOKENIZER_DIR
 
 
 def emulator_spec(port: int, *extra: str, **kw: Any) -> ServerSpec:
@@ -28,7 +18,7 @@ def emulator_spec(port: int, *extra: str, **kw: Any) -> ServerSpec:
 
 
 def model_spec() -> ModelSpec:
-    return ModelSpec(path=str(MODEL_DIR))
+    return ModelSpec(path=str(TOKENIZER_DIR))
 
 
 def wait_gone(pid: int, timeout_s: float = 10.0) -> bool:

@@ -17,8 +17,8 @@ from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.write.manifest import summarize, write_manifest
 from eagle3_datagen.write.records import Record, Reject
 from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
+from tests.support import TOKENIZER_DIR
 
-TOKENIZER_DIR = Path(__file__).resolve().parents[2] / "src/eagle3_datagen/assets/kimi-k2.5-mini"
 SERVER_ARGS: dict[str, Any] = {"model_path": str(TOKENIZER_DIR), "host": "127.0.0.1",
                                "port": 30000, "tp_size": 8, "reasoning_parser": None}  # fmt: skip
 
