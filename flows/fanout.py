@@ -18,14 +18,11 @@ from prefect.context import get_run_context
 from prefect.deployments.flow_runs import arun_deployment
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen.write.manifest import read_manifest, summarize, update_manifest
-from eagle3_datagen.write.shards import PartitionOutput
+from eagle3_datagen.errors import FanOutFailed
+from eagle3_datagen.report.ui import fanout_failure_message
+from eagle3_datagen.write.manifest import settle_manifest
 
 PARTITION_DEPLOYMENT = "eagle3-datagen/partition-job"
-
-
-class FanOutFailed(Exception):
-    """Some partition jobs did not complete; the message names them."""
 
 
 @flow(name="eagle3-datagen-fanout", flow_run_name="fanout-{config.output_dir}")
@@ -67,18 +64,10 @@ async def datagen_fanout(
         logger.info(f"partition {name}: job {run.name} ({run.id}) ended {state}")
 
     # The jobs wrote their own manifests concurrently; settle the final one from disk.
-    manifest = read_manifest(config.output_dir)
-    if manifest is not None:
-        entries: dict[str, dict[str, Any]] = {}
-        for name in names:
-            summary = summarize(name, PartitionOutput(config.output_dir, name).batch_summaries())
-            entries[name] = {**summary, "status": "failed" if name in failed else "completed"}
-        manifest = update_manifest(config.output_dir, manifest["fingerprint"], entries)
+    manifest = settle_manifest(config.output_dir, names, set(failed))
     if failed:
-        detail = "; ".join(
-            f"{n}: {r.state.message if r.state else 'no state'}" for n, r in failed.items()
-        )
-        raise FanOutFailed(f"{len(failed)} of {len(names)} partition jobs failed: {detail}")
+        messages = {n: r.state.message if r.state else None for n, r in failed.items()}
+        raise FanOutFailed(fanout_failure_message(messages, len(names)))
     return manifest or {}
 
 

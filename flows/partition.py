@@ -12,28 +12,25 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
 
 from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.errors import PartitionFailed
 from eagle3_datagen.generate.batch import PartitionRunner
+from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.generate.plan import plan_partition
 from eagle3_datagen.generate.progress import Progress
 from eagle3_datagen.generate.windowed import run_windowed
-from eagle3_datagen.report.throughput import RunMeter
-from eagle3_datagen.report.ui import artifact_key, progress_percent
+from eagle3_datagen.report.ui import (
+    artifact_key,
+    partition_failure_message,
+    partition_plan_line,
+    partition_summary,
+    progress_percent,
+)
 from eagle3_datagen.sglang.pool import connect
-from eagle3_datagen.sglang.session import budget_for, supervisor_for
-from eagle3_datagen.write.manifest import summarize
 from eagle3_datagen.write.shards import PartitionOutput
 from flows.secrets import api_key_for
 from tasks.batch import generate_batch
 
 PROGRESS_EVERY_S = 10.0
-
-# The parent's meter of a run, by run key (same process), so that its throughput watch and its
-# summary see every partition's live token count; subflow parameters must be JSON.
-RUN_METERS: dict[str, RunMeter] = {}
-
-
-class PartitionFailed(Exception):
-    """Some batches of a partition failed; the message names the partition and the first."""
 
 
 async def _report_progress(
@@ -59,19 +56,30 @@ async def generate_partition(
     context_length: int | None = None,
     max_req_input_len: int | None = None,
     parquet_metadata: dict[str, str] | None = None,
-    supervisor_key: str | None = None,
-    run_key: str | None = None,
+    run: RunContext | None = None,
 ) -> dict[str, Any]:
-    """Generate one partition's records; fails if any batch failed after its retries."""
+    """Generate one partition's records; fails if any batch failed after its retries.
+
+    ``run`` carries the parent run's server budget, supervisor and meter; without it (a
+    partition run on its own) the config's limits apply and no supervisor watches the server.
+    """
     started = time.monotonic()
     logger = get_run_logger()
-    meter = RUN_METERS.get(run_key or "") or RunMeter()
+    if run is None:
+        run = RunContext.standalone(config)
+        logger.info(f"{partition}: standalone run: no server supervisor")
     tier = config.tier(config.partition(partition).tier)
     plan = plan_partition(config, partition)
     output = PartitionOutput(config.output_dir, partition)
     logger.info(
-        f"{partition}: {plan.total_lines} lines in {len(plan.batches)} batches, "
-        f"tier {tier.name} (concurrency {tier.concurrency}, max_tokens {tier.max_tokens})"
+        partition_plan_line(
+            partition,
+            plan.total_lines,
+            len(plan.batches),
+            tier.name,
+            tier.concurrency,
+            tier.max_tokens,
+        )
     )
     if plan.duplicates:
         logger.warning(f"{partition}: {len(plan.duplicates)} lines repeat an earlier id; rejected")
@@ -92,12 +100,12 @@ async def generate_partition(
             max_req_input_len=max_req_input_len,
             metadata=parquet_metadata,
             duplicates=plan.duplicates,
-            supervisor=supervisor_for(supervisor_key),
-            budget=budget_for(supervisor_key),
+            supervisor=run.supervisor,
+            budget=run.budget,
         )
         progress = runner.progress
         progress.total_lines = plan.total_lines
-        meter.track(partition, progress, started=started)
+        run.meter.track(partition, progress, started=started)
         batch_task = generate_batch.with_options(
             retries=config.retries.batch_retries,
             retry_delay_seconds=config.retries.batch_retry_delay_s,
@@ -113,7 +121,7 @@ async def generate_partition(
                 iter(plan.batches), lambda spec: batch_task(runner, spec), plan.window
             )
         finally:
-            meter.finish(partition)
+            run.meter.finish(partition)
             reporter.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reporter
@@ -126,13 +134,6 @@ async def generate_partition(
                 )
     logger.info(f"{partition}: {progress.line()}")
     failures = [r for r in results if isinstance(r, BaseException)]
-    summary = summarize(partition, output.batch_summaries())
-    timing = meter.timing(partition)
-    if timing is not None:
-        summary["wall_s"], summary["output_tok_s"] = round(timing[0], 1), round(timing[1], 1)
     if failures:
-        raise PartitionFailed(
-            f"{len(failures)} of {len(plan.batches)} batches of partition {partition} failed; "
-            f"first: {failures[0]}"
-        )
-    return summary
+        raise PartitionFailed(partition_failure_message(partition, failures, len(plan.batches)))
+    return partition_summary(config.output_dir, partition, run.meter.timing(partition))

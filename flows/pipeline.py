@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -20,9 +18,10 @@ from prefect.flows import Flow
 from prefect.states import State
 
 from eagle3_datagen.config import PipelineConfig, ThroughputAlarm
-from eagle3_datagen.errors import ConfigError
-from eagle3_datagen.provenance import build_fingerprint, diff_content, parquet_metadata
-from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.errors import RunFailed
+from eagle3_datagen.generate.context import RunContext
+from eagle3_datagen.generate.plan import load_tokenizer
+from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
 from eagle3_datagen.report.throughput import (
     RunMeter,
     ThroughputChange,
@@ -32,25 +31,23 @@ from eagle3_datagen.report.throughput import (
 from eagle3_datagen.report.ui import (
     SUMMARY_KEY,
     THROUGHPUT_KEY,
+    failed_partition_entry,
     failure_reason,
     run_failure_message,
+    stopped_reason,
     summary_description,
-    summary_row,
+    summary_rows,
+    throughput_event,
+    throughput_log_line,
     throughput_markdown,
 )
 from eagle3_datagen.sglang.orphans import kill_recorded
 from eagle3_datagen.sglang.process import server_state_dir
 from eagle3_datagen.sglang.session import open_server
-from eagle3_datagen.write.manifest import read_manifest, summarize, update_manifest
-from eagle3_datagen.write.shards import PartitionOutput
-from flows.partition import RUN_METERS, generate_partition
+from eagle3_datagen.write.guard import guard_output
+from eagle3_datagen.write.manifest import update_manifest
+from flows.partition import generate_partition
 from flows.secrets import api_key_for
-
-EVENT_PREFIX = "eagle3-datagen.throughput"
-
-
-class RunFailed(Exception):
-    """Some partitions failed; the message names each and why."""
 
 
 def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]) -> None:
@@ -64,54 +61,20 @@ def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]
         kill_recorded(server_state_dir(output_dir), str(flow_run.id))
 
 
-def _guard_output(
-    config: PipelineConfig, fingerprint: dict[str, Any], overwrite: bool, logger: Any
-) -> None:
-    """Refuse to mix this run's data with data made under another fingerprint.
-
-    With ``overwrite`` the old data of the configured partitions is deleted instead, so that
-    no batch made under the old fingerprint is mistaken for done.
-    """
-    output_dir = config.output_dir
-    old = read_manifest(output_dir)
-    if old is None:
-        return
-    old_fp = old.get("fingerprint", {})
-    if old_fp.get("content_sha256") == fingerprint["content_sha256"]:
-        return
-    changes = diff_content(old_fp.get("content", {}), fingerprint["content"])
-    if overwrite:
-        logger.warning(f"--overwrite: deleting data made with other settings ({changes[:3]})")
-        for part in config.partitions:
-            shutil.rmtree(Path(output_dir) / part.name, ignore_errors=True)
-        return
-    raise ConfigError(
-        f"{output_dir} holds data made with different settings; changed: "
-        + "; ".join(changes[:10])
-        + ". Use a new output directory or --overwrite."
-    )
-
-
 async def _announce(change: ThroughputChange, flow_run: FlowRun, logger: Any) -> None:
     """A throughput transition as a log line, a Prefect event and a markdown artifact."""
     if change.kind == "low":
-        logger.warning(f"throughput alarm: {change.summary()}")
+        logger.warning(throughput_log_line(change))
     else:
-        logger.info(f"throughput alarm cleared: {change.summary()}")
-    related = [{"prefect.resource.id": f"prefect.flow.{flow_run.flow_id}",
-                "prefect.resource.role": "flow"}]  # fmt: skip
-    if flow_run.deployment_id:
-        related.append({"prefect.resource.id": f"prefect.deployment.{flow_run.deployment_id}",
-                        "prefect.resource.role": "deployment"})  # fmt: skip
+        logger.info(throughput_log_line(change))
     emit_event(
-        event=f"{EVENT_PREFIX}.{change.kind}",
-        resource={
-            "prefect.resource.id": f"prefect.flow-run.{flow_run.id}",
-            "prefect.resource.name": flow_run.name,
-            "prefect.resource.role": "flow-run",
-        },
-        related=related,
-        payload=change.payload(),
+        **throughput_event(
+            change,
+            flow_run_id=str(flow_run.id),
+            flow_run_name=flow_run.name,
+            flow_id=str(flow_run.flow_id),
+            deployment_id=str(flow_run.deployment_id) if flow_run.deployment_id else None,
+        )
     )
     await acreate_markdown_artifact(
         throughput_markdown(change, flow_run.name),
@@ -143,15 +106,8 @@ async def _publish_summary(
     errors: dict[str, str],
     meter: RunMeter,
 ) -> None:
-    """The run summary table artifact: one row per partition, unfinished ones from disk."""
-    rows = []
-    for name in names:
-        if name in completed:
-            rows.append(summary_row(name, "completed", completed[name]))
-            continue
-        on_disk = summarize(name, PartitionOutput(config.output_dir, name).batch_summaries())
-        status = "failed" if name in errors else "not run"
-        rows.append(summary_row(name, status, on_disk, meter.timing(name), errors.get(name)))
+    """The run summary table artifact: one row per partition."""
+    rows = summary_rows(config.output_dir, names, completed, errors, meter)
     await acreate_table_artifact(
         rows, key=SUMMARY_KEY, description=summary_description(rows, config.output_dir)
     )
@@ -186,12 +142,8 @@ async def datagen(
     run_key = str(flow_run.id)
     worker = os.environ.get("PREFECT__WORKER_NAME", "none")
     logger.info(f"running on host {socket.gethostname()}, pid {os.getpid()}, worker {worker}")
-    tokenizer = ChatTokenizer(
-        config.model.tokenizer_dir,
-        trust_remote_code=config.model.trust_remote_code,
-        chat_template_kwargs=config.model.chat_template_kwargs,
-    )
-    meter = RUN_METERS[run_key] = RunMeter()
+    tokenizer = load_tokenizer(config)
+    meter = RunMeter()
     completed: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
     try:
@@ -205,7 +157,12 @@ async def datagen(
             fingerprint = build_fingerprint(
                 config, tokenizer, srv.facts.server_args, srv.facts.version
             )
-            _guard_output(config, fingerprint, overwrite, logger)
+            deleted = guard_output(config.output_dir, fingerprint, names, overwrite=overwrite)
+            if deleted:
+                logger.warning(deleted)
+            run = RunContext(
+                run_key=run_key, budget=srv.budget, supervisor=srv.supervisor, meter=meter
+            )
             update_manifest(config.output_dir, fingerprint, {}, running=True)
             results: dict[str, dict[str, Any]] = {}
             watcher = asyncio.create_task(_watch_throughput(config.throughput, meter, flow_run))
@@ -219,8 +176,7 @@ async def datagen(
                             context_length=srv.facts.context_length,
                             max_req_input_len=srv.facts.max_req_input_len,
                             parquet_metadata=parquet_metadata(fingerprint),
-                            supervisor_key=srv.supervisor_key,
-                            run_key=run_key,
+                            run=run,
                             return_state=True,
                         )
                         for name in names
@@ -236,17 +192,15 @@ async def datagen(
                 completed[name] = results[name] = {**await state.aresult(), "status": "completed"}
             else:
                 errors[name] = failure_reason(state.message, state.type.value)
-                results[name] = {"partition": name, "status": state.type.value.lower(),
-                                 "error": state.message}  # fmt: skip
+                results[name] = failed_partition_entry(name, state.type.value, state.message)
         manifest = update_manifest(config.output_dir, fingerprint, results)
     except BaseException as err:
-        stopped = f"run stopped before it finished: {str(err) or type(err).__name__}"
+        stopped = stopped_reason(err)
         for name in names:
             if name not in completed:
                 errors.setdefault(name, stopped)
         raise
     finally:
-        RUN_METERS.pop(run_key, None)
         try:
             await _publish_summary(config, names, completed, errors, meter)
         except Exception as err:

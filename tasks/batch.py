@@ -5,15 +5,11 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from eagle3_datagen.errors import BatchTaskFailed
 from eagle3_datagen.generate.batch import PartitionRunner
 from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.report.ui import batch_failure_message
 from eagle3_datagen.write.shards import BatchSummary
-
-
-class BatchTaskFailed(Exception):
-    """A batch failed; its message (the task run's state message) names partition, batch and
-    cause, so a Failed task in the dashboard explains itself."""
 
 
 @task(

@@ -43,9 +43,8 @@ def run_pipeline(
     deployment on its work pool's workers, and this process only waits and merges.
     """
     _prefect_env()
-    from prefect.states import State
 
-    async def _run() -> State[dict[str, Any]]:
+    async def _run() -> Any:  # the flow's final Prefect State (flows/ is where Prefect is)
         if fan_out:
             from flows.fanout import datagen_fanout
 

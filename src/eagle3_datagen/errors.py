@@ -11,11 +11,19 @@ Our exception hierarchy::
     ├── ServerError            the server is unusable: the run cannot go on
     │   ├── ServerStartupError     died or never became healthy
     │   └── PreflightError         up, but configured against our needs (e.g. reasoning parser)
-    └── RequestError           one /generate request failed
-        ├── RetryableRequestError  transport error, timeout, 429, 5xx: try again
-        └── RejectedRequestError   4xx such as "prompt too long": never retried, record rejected
+    ├── RequestError           one /generate request failed
+    │   ├── RetryableRequestError  transport error, timeout, 429, 5xx: try again
+    │   ├── RejectedRequestError   4xx such as "prompt too long": never retried, record rejected
+    │   └── RetriesExhaustedError  every try the retry policy allows failed
+    └── RunError               a unit of the run failed; what Prefect shows as a Failed state
+        ├── BatchFailed            a batch could not finish (the library's runner)
+        ├── BatchTaskFailed        the same, as the batch task's message (names the task)
+        ├── PartitionFailed        some batches of a partition failed after their retries
+        ├── RunFailed              some partitions of a run failed
+        └── FanOutFailed           some partition jobs of a fan-out did not complete
 
-Per-line input problems are not exceptions: they become reject records (see ``records.py``).
+Per-line input problems and chat-template failures are not exceptions: they become reject
+records (see ``write/records.py``; the renderer returns a ``RenderError`` value per prompt).
 """
 
 from __future__ import annotations
@@ -75,3 +83,31 @@ class RejectedRequestError(RequestError):
 
 class RetriesExhaustedError(RequestError):
     """A request failed on every try its retry policy allows; the message has the last error."""
+
+
+class RunError(DatagenError):
+    """A unit of the run (batch, partition, run, fan-out) failed; the message says which and why.
+
+    The flows and tasks raise these so that a Failed state in the Prefect UI explains itself.
+    """
+
+
+class BatchFailed(RunError):
+    """A batch could not finish; the message names partition, line and cause."""
+
+
+class BatchTaskFailed(RunError):
+    """A batch task failed; its message (the task run's state message) names partition, batch
+    and cause."""
+
+
+class PartitionFailed(RunError):
+    """Some batches of a partition failed; the message names the partition and the first."""
+
+
+class RunFailed(RunError):
+    """Some partitions failed; the message names each and why."""
+
+
+class FanOutFailed(RunError):
+    """Some partition jobs did not complete; the message names them."""

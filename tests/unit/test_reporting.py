@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from eagle3_datagen.errors import InputFileError
-from eagle3_datagen.generate.batch import BatchFailed
+from eagle3_datagen.errors import BatchFailed, InputFileError
 from eagle3_datagen.report.throughput import ThroughputChange
 from eagle3_datagen.report.ui import (
     artifact_key,

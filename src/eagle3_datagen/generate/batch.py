@@ -12,7 +12,12 @@ import time
 from collections import Counter
 
 from eagle3_datagen.config import PipelineConfig, Tier
-from eagle3_datagen.errors import RejectedRequestError, RetriesExhaustedError, ServerError
+from eagle3_datagen.errors import (
+    BatchFailed,
+    RejectedRequestError,
+    RetriesExhaustedError,
+    ServerError,
+)
 from eagle3_datagen.generate.progress import Progress
 from eagle3_datagen.generate.requests import GenerateClient, generate_with_retries
 from eagle3_datagen.inputs.prompts import BatchSpec, InputReject, Prompt, parse_prompt, read_batch
@@ -25,10 +30,6 @@ from eagle3_datagen.validate import TokenIds, validate_output
 from eagle3_datagen.write.journal import BatchJournal
 from eagle3_datagen.write.records import Record, Reject
 from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
-
-
-class BatchFailed(Exception):
-    """A batch could not finish; the message names partition, batch and cause."""
 
 
 class PartitionRunner:

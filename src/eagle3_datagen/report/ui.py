@@ -1,7 +1,8 @@
-"""What the Prefect UI shows about a run, as plain data: summary rows, alarm text, messages.
+"""What the Prefect UI shows about a run, as plain data: summary rows, alarm text and event,
+failure messages.
 
-The flows hand these to Prefect's artifact and state APIs; keeping the wording here makes it
-testable without a Prefect server and keeps the flows thin.
+The flows hand these to Prefect's artifact, event and state APIs; keeping the wording here
+makes it testable without a Prefect server and keeps the flows thin.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from eagle3_datagen.report.throughput import ThroughputChange
+from eagle3_datagen.report.throughput import RunMeter, ThroughputChange
+from eagle3_datagen.write.manifest import summarize_on_disk
 
 SUMMARY_KEY = "datagen-summary"
 THROUGHPUT_KEY = "throughput-alarm"
+THROUGHPUT_EVENT_PREFIX = "eagle3-datagen.throughput"
 
 
 def artifact_key(prefix: str, name: str) -> str:
@@ -76,6 +79,35 @@ def summary_row(
     }
 
 
+def summary_rows(
+    output_dir: str,
+    names: list[str],
+    completed: dict[str, dict[str, Any]],
+    errors: dict[str, str],
+    meter: RunMeter,
+) -> list[dict[str, Any]]:
+    """The run summary table: one row per partition; unfinished ones counted from disk."""
+    rows = []
+    for name in names:
+        if name in completed:
+            rows.append(summary_row(name, "completed", completed[name]))
+            continue
+        status = "failed" if name in errors else "not run"
+        on_disk = summarize_on_disk(output_dir, name)
+        rows.append(summary_row(name, status, on_disk, meter.timing(name), errors.get(name)))
+    return rows
+
+
+def partition_summary(
+    output_dir: str, partition: str, timing: tuple[float, float] | None
+) -> dict[str, Any]:
+    """A partition's totals from disk, with this run's wall time and output rate if it ran."""
+    summary = summarize_on_disk(output_dir, partition)
+    if timing is not None:
+        summary["wall_s"], summary["output_tok_s"] = round(timing[0], 1), round(timing[1], 1)
+    return summary
+
+
 def summary_description(rows: list[dict[str, Any]], output_dir: str) -> str:
     failed = [r["partition"] for r in rows if r["status"] != "completed"]
     accepted = sum(int(r["accepted"]) for r in rows)
@@ -109,6 +141,42 @@ def throughput_markdown(change: ThroughputChange, run_name: str) -> str:
     )
 
 
+def throughput_event(
+    change: ThroughputChange,
+    *,
+    flow_run_id: str,
+    flow_run_name: str,
+    flow_id: str,
+    deployment_id: str | None,
+) -> dict[str, Any]:
+    """The Prefect event of an alarm transition, as ``emit_event``'s keyword arguments.
+
+    The resource is the flow run, related to its flow and deployment, so an automation can
+    match on any of them; the payload is the numbers (automations can template them).
+    """
+    related = [{"prefect.resource.id": f"prefect.flow.{flow_id}", "prefect.resource.role": "flow"}]
+    if deployment_id:
+        related.append({"prefect.resource.id": f"prefect.deployment.{deployment_id}",
+                        "prefect.resource.role": "deployment"})  # fmt: skip
+    return {
+        "event": f"{THROUGHPUT_EVENT_PREFIX}.{change.kind}",
+        "resource": {
+            "prefect.resource.id": f"prefect.flow-run.{flow_run_id}",
+            "prefect.resource.name": flow_run_name,
+            "prefect.resource.role": "flow-run",
+        },
+        "related": related,
+        "payload": change.payload(),
+    }
+
+
+def throughput_log_line(change: ThroughputChange) -> str:
+    """The alarm transition as the run's log says it."""
+    if change.kind == "low":
+        return f"throughput alarm: {change.summary()}"
+    return f"throughput alarm cleared: {change.summary()}"
+
+
 _STATE_PREFIXES = (
     "Flow run encountered an exception: ",
     "Task run encountered an exception ",
@@ -129,3 +197,37 @@ def run_failure_message(failed: dict[str, str], total: int) -> str:
     names = ", ".join(failed)
     reasons = "; ".join(why if name in why else f"{name}: {why}" for name, why in failed.items())
     return f"{len(failed)} of {total} partitions failed ({names}): {reasons}"
+
+
+def failed_partition_entry(name: str, state_type: str, message: str | None) -> dict[str, Any]:
+    """The manifest entry of a partition whose subflow did not complete."""
+    return {"partition": name, "status": state_type.lower(), "error": message}
+
+
+def stopped_reason(err: BaseException) -> str:
+    """Why partitions that had not finished when the run stopped did not finish."""
+    return f"run stopped before it finished: {str(err) or type(err).__name__}"
+
+
+def partition_plan_line(
+    partition: str, lines: int, batches: int, tier: str, concurrency: int, max_tokens: int
+) -> str:
+    """The partition's first log line: how much work, and under which tier."""
+    return (
+        f"{partition}: {lines} lines in {batches} batches, "
+        f"tier {tier} (concurrency {concurrency}, max_tokens {max_tokens})"
+    )
+
+
+def partition_failure_message(partition: str, failures: list[BaseException], batches: int) -> str:
+    """The partition subflow's Failed message: how many batches, and the first cause."""
+    return (
+        f"{len(failures)} of {batches} batches of partition {partition} failed; "
+        f"first: {failures[0]}"
+    )
+
+
+def fanout_failure_message(failed: dict[str, str | None], total: int) -> str:
+    """The fan-out's Failed message: which partition jobs, and each one's state message."""
+    detail = "; ".join(f"{name}: {why or 'no state'}" for name, why in failed.items())
+    return f"{len(failed)} of {total} partition jobs failed: {detail}"

@@ -24,19 +24,6 @@ from eagle3_datagen.sglang.preflight import ServerFacts, preflight
 from eagle3_datagen.sglang.process import ServerProcess, server_state_dir
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
 
-# Partitions run as separate Prefect subflows whose parameters must be JSON, so the live
-# supervisor and budget of a run are found here by the run's key (same process, same loop).
-_SUPERVISORS: dict[str, ServerSupervisor] = {}
-_BUDGETS: dict[str, ServerBudget] = {}
-
-
-def supervisor_for(key: str | None) -> ServerSupervisor | None:
-    return _SUPERVISORS.get(key) if key else None
-
-
-def budget_for(key: str | None) -> ServerBudget | None:
-    return _BUDGETS.get(key) if key else None
-
 
 def _free_port(host: str) -> int:
     with socket.socket() as sock:
@@ -51,8 +38,10 @@ class ServerSession:
     url: str
     facts: ServerFacts
     launched: bool
-    supervisor_key: str
-    supervisor: ServerSupervisor
+    # What the run's requests go through: the server-wide budget, and the supervisor that
+    # notices a lost server (None for several servers: the pool fails over by itself).
+    budget: ServerBudget
+    supervisor: ServerSupervisor | None
     display_cmd: str | None
     log_path: str | None
 
@@ -87,7 +76,13 @@ async def open_server(
             )
             logger.info(f"server at {target} healthy after {waited:.1f} s")
             return await preflight(
-                client, server=server, model=config.model, logger=logger, api_key=api_key
+                client,
+                server=server,
+                model=config.model,
+                sampling=config.sampling,
+                retries=config.retries,
+                logger=logger,
+                api_key=api_key,
             )
 
     async def launch() -> ServerFacts:
@@ -123,9 +118,7 @@ async def open_server(
         max_relaunches=server.max_relaunches,
         check_deadline_s=server.recovery_check_s,
     )
-    if "," not in url:  # a pool fails over between its servers by itself
-        _SUPERVISORS[run_key] = supervisor
-    _BUDGETS[run_key] = ServerBudget(server.max_requests_in_flight, server.max_tokens_in_flight)
+    budget = ServerBudget(server.max_requests_in_flight, server.max_tokens_in_flight)
     try:
         if not attach_url:
             facts = await launch()
@@ -133,14 +126,12 @@ async def open_server(
             url=url,
             facts=facts,
             launched=not attach_url,
-            supervisor_key=run_key,
-            supervisor=supervisor,
+            budget=budget,
+            supervisor=supervisor if "," not in url else None,
             display_cmd=current.display_cmd if current else None,
             log_path=str(current.log_path) if current else None,
         )
     finally:
-        _SUPERVISORS.pop(run_key, None)
-        _BUDGETS.pop(run_key, None)
         await supervisor.aclose()
         if current is not None:
             await current.astop()

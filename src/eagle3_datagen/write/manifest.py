@@ -110,3 +110,22 @@ def read_manifest(root: str | Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def settle_manifest(root: str | Path, names: list[str], failed: set[str]) -> dict[str, Any] | None:
+    """Rewrite the manifest's entries of ``names`` from disk, once concurrent writers are done.
+
+    Partition jobs of a fan-out each update the manifest as they finish; the last word is
+    taken from the commit markers. None when no job got as far as writing a manifest.
+    """
+    manifest = read_manifest(root)
+    if manifest is None:
+        return None
+    entries = {
+        name: {
+            **summarize_on_disk(root, name),
+            "status": "failed" if name in failed else "completed",
+        }
+        for name in names
+    }
+    return update_manifest(root, manifest["fingerprint"], entries)

@@ -1,0 +1,50 @@
+"""What a run's partitions share while they run: the server's budget and supervisor, the meter.
+
+The parent flow passes one :class:`RunContext` to every partition subflow as a parameter, so a
+partition uses exactly the live objects its run made (no registry to look them up in, nothing
+to miss). Prefect records a subflow's parameters as JSON; this model's JSON form is a summary
+of what the context holds (the objects themselves stay in the process).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_serializer
+
+from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.report.throughput import RunMeter
+from eagle3_datagen.sglang.budget import ServerBudget
+from eagle3_datagen.sglang.supervisor import ServerSupervisor
+
+
+class RunContext(BaseModel):
+    """The live objects of one run, shared by its partitions (same process, same event loop)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_key: str
+    budget: InstanceOf[ServerBudget]
+    # None where nothing supervises the server: a pool of servers fails over by itself, and a
+    # standalone partition run has no server session.
+    supervisor: InstanceOf[ServerSupervisor] | None = None
+    meter: InstanceOf[RunMeter] = Field(default_factory=RunMeter)
+
+    @classmethod
+    def standalone(cls, config: PipelineConfig, run_key: str = "standalone") -> RunContext:
+        """For a partition run on its own: the config's server-wide limits, no supervisor."""
+        server = config.server
+        return cls(
+            run_key=run_key,
+            budget=ServerBudget(server.max_requests_in_flight, server.max_tokens_in_flight),
+        )
+
+    @model_serializer
+    def _summary(self) -> dict[str, Any]:
+        """The JSON form Prefect records for the subflow parameter: what, not the objects."""
+        return {
+            "run_key": self.run_key,
+            "supervised": self.supervisor is not None,
+            "max_requests_in_flight": self.budget.max_requests,
+            "max_tokens_in_flight": self.budget.max_tokens,
+        }
