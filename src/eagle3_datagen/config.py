@@ -24,7 +24,7 @@ from pydantic import (
 
 from eagle3_datagen.errors import ConfigError
 
-# The seed's production server: python -m sglang.launch_server ... (see CONTRACT.md)
+# The seed's production server: python -m sglang.launch_server ... (docs/contract.md)
 DEFAULT_TP_SIZE = 8
 DEFAULT_MEM_FRACTION = 0.88
 DEFAULT_HICACHE_SIZE_GB = 48
@@ -253,6 +253,13 @@ class ServerSpec(_Model):
     )
     num_continuous_decode_steps: int = Field(
         title="Continuous decode steps", default=DEFAULT_CONTINUOUS_DECODE_STEPS, ge=1
+    )
+    random_seed: int = Field(
+        title="Random seed",
+        default=0,
+        ge=0,
+        description="--random-seed. Fixed, because SGLang otherwise picks a random seed at every "
+        "launch, so the same config would sample differently after each launch or relaunch.",
     )
     context_length: int | None = Field(
         title="Context length",

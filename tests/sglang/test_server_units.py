@@ -29,7 +29,8 @@ def test_default_command_is_the_seed_command() -> None:
     assert shlex.join(cmd) == (
         "/usr/bin/python3 -m sglang.launch_server --model-path /models/Kimi-K2.5 --tp-size 8 "
         "--mem-fraction-static 0.88 --enable-hierarchical-cache --hicache-size 48 "
-        "--num-continuous-decode-steps 4 --trust-remote-code --host 127.0.0.1 --port 8000"
+        "--num-continuous-decode-steps 4 --trust-remote-code --host 127.0.0.1 --port 8000 "
+        "--random-seed 0"
     )
 
 
@@ -46,7 +47,7 @@ def test_optional_flags_follow_in_order() -> None:
         "/usr/bin/python3 -m sglang_emulator --model-path moonshotai/Kimi-K2.5 "
         "--tp-size 8 --mem-fraction-static 0.88 --enable-hierarchical-cache --hicache-size 48 "
         "--num-continuous-decode-steps 4 --trust-remote-code --host 127.0.0.1 --port 9001 "
-        "--tokenizer-path /tok --context-length 32768 --max-running-requests 256 "
+        "--tokenizer-path /tok --context-length 32768 --random-seed 0 --max-running-requests 256 "
         "--enable-metrics --api-key sk-secret"
     )
     shown = format_command(cmd)
@@ -59,7 +60,8 @@ def test_hicache_off_and_no_remote_code() -> None:
     cmd = build_launch_command(server, ModelSpec(path="m", trust_remote_code=False), PY)
     assert shlex.join(cmd) == (
         "/usr/bin/python3 -m sglang.launch_server --model-path m --tp-size 1 "
-        "--mem-fraction-static 0.9 --num-continuous-decode-steps 4 --host 127.0.0.1 --port 8000"
+        "--mem-fraction-static 0.9 --num-continuous-decode-steps 4 --host 127.0.0.1 --port 8000 "
+        "--random-seed 0"
     )
 
 

@@ -58,11 +58,14 @@ def build_launch_command(
 
     ``engine="emulator"`` runs the bundled emulator with exactly the same flags, so the same
     code path is exercised without a GPU. ``--reasoning-parser`` is refused even if the config
-    validator was bypassed: it must not be set for raw ``output_ids`` (CONTRACT.md).
+    validator was bypassed: it must not be set for raw ``output_ids`` (docs/contract.md).
     """
     for arg in server.extra_args:
         if _flag_name(arg) == "--reasoning-parser":
-            raise ConfigError("server.extra_args: --reasoning-parser is refused (see CONTRACT.md)")
+            raise ConfigError(
+                "server.extra_args: --reasoning-parser is refused: the training data must be the "
+                "raw output_ids, reasoning included"
+            )
     module = SGLANG_MODULE if server.engine == "sglang" else EMULATOR_MODULE
     cmd = [python, "-m", module, "--model-path", model.path]
     cmd += ["--tp-size", str(server.tp_size)]
@@ -81,6 +84,8 @@ def build_launch_command(
         cmd += ["--tokenizer-path", model.tokenizer_path]
     if server.context_length is not None:
         cmd += ["--context-length", str(server.context_length)]
+    if not any(_flag_name(arg) == "--random-seed" for arg in server.extra_args):
+        cmd += ["--random-seed", str(server.random_seed)]
     cmd += list(server.extra_args)
     if api_key:
         cmd += ["--api-key", api_key]
