@@ -1,4 +1,4 @@
-"""Client CPU per ``/generate`` call for each HTTP stack: why ``SGLangClient`` uses its transport.
+"""Client CPU per ``/generate`` call for each HTTP stack: why ``SGLangClient`` uses aiohttp.
 
     uv run python benchmarks/transports.py [--requests 3000]
 
@@ -26,11 +26,10 @@ from benchmarks.common import TOKENIZER_DIR, Emulator, cpu_s, emit, run_child
 
 STACKS = {
     "httpx (native transport)": "httpx",
-    "httpx + httpx-aiohttp (the previous client)": "httpx_aiohttp",
+    "httpx + httpx-aiohttp": "httpx_aiohttp",
     "aiohttp + json (the seed's loop)": "aiohttp_json",
     "aiohttp + orjson": "aiohttp_orjson",
-    "httpx.AsyncClient over HTTP11Transport": "httpx_ours",
-    "SGLangClient.generate (HTTP11Transport, prepared)": "client",
+    "SGLangClient.generate (aiohttp + orjson)": "client",
 }
 SAMPLING = {"max_new_tokens": 1024, "temperature": 1.0, "top_p": 0.95,
             "skip_special_tokens": False, "no_stop_trim": True}  # fmt: skip
@@ -43,7 +42,6 @@ async def _stack(kind: str, url: str, n: int, concurrency: int) -> dict[str, Any
 
     from benchmarks.emulator_ceiling import make_prompt
     from eagle3_datagen.sglang.client import SGLangClient
-    from eagle3_datagen.sglang.transport import HTTP11Transport
     from sglang_emulator.vocab import Vocab
 
     vocab = Vocab(TOKENIZER_DIR)
@@ -55,13 +53,11 @@ async def _stack(kind: str, url: str, n: int, concurrency: int) -> dict[str, Any
     def payload(i: int) -> dict[str, Any]:
         return {"input_ids": prompts[i % 256], "sampling_params": SAMPLING, "rid": f"r{i}"}
 
-    if kind in ("httpx", "httpx_aiohttp", "httpx_ours"):
+    if kind in ("httpx", "httpx_aiohttp"):
         if kind == "httpx_aiohttp":
             from httpx_aiohttp import AiohttpTransport
 
             transport: Any = AiohttpTransport(limits=limits, trust_env=False)
-        elif kind == "httpx_ours":
-            transport = HTTP11Transport(max_connections=concurrency + 8)
         else:
             transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
         client = httpx.AsyncClient(base_url=url, transport=transport, timeout=60)
@@ -135,7 +131,7 @@ def measure(n: int, concurrency: int = 150) -> dict[str, Any]:
     with Emulator("--emu-mean-output-tokens", "200", "--emu-output-sigma", "0") as emu:
         for label, kind in STACKS.items():
             if kind == "httpx_aiohttp" and importlib.util.find_spec("httpx_aiohttp") is None:
-                continue  # no longer a dependency of the client
+                continue  # not installed
             n_kind = max(300, n // 5) if kind == "httpx" else n  # ~5 ms a request: fewer
             rows[label] = run_child("transports", ["child", kind, emu.url, str(n_kind),
                                                    str(concurrency)])  # fmt: skip

@@ -1,28 +1,36 @@
-"""HTTP11Transport against a scripted server: framing, reuse, timeouts, errors, and the client.
+"""SGLangClient's HTTP behaviour: what it sends, how answers and failures map to our errors,
+keep-alive reuse, and the stale keep-alive race against a real uvicorn server.
 
-Why scripted: the emulator only ever answers one way (Content-Length, keep-alive); SGLang sits
-behind uvicorn, routers and proxies that may answer chunked, close the connection, or die.
+Two kinds of server: a scripted asyncio server for answers the emulator never gives (a close
+without an answer, a cut body, a hang), and uvicorn (SGLang's HTTP server) as a separate process
+for the keep-alive race.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import orjson
 import pytest
 
 from eagle3_datagen.errors import RejectedRequestError, RetryableRequestError
-from eagle3_datagen.sglang.client import SGLangClient
-from eagle3_datagen.sglang.transport import HTTP11Transport
+from eagle3_datagen.sglang.client import SGLangClient, request_id
+from tests.support import free_port
 
 Reply = tuple[bytes, bool] | None  # (bytes to send, close after) or None: close, no answer
 GENERATE_BODY = orjson.dumps(
     {"output_ids": [5, 6, 7], "meta_info": {"id": "r", "prompt_tokens": 3,
      "completion_tokens": 3, "finish_reason": {"type": "stop", "matched": 7}}}
 )  # fmt: skip
+HERE = Path(__file__).resolve().parent
 
 
 class Server:
@@ -74,178 +82,158 @@ async def serve(respond: Callable[[bytes, bytes], Reply]) -> AsyncIterator[Serve
         srv.close()
 
 
-def ok(body: bytes = b'{"ok": true}', extra: bytes = b"") -> Reply:
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s"
-            % (len(body), extra, body), False)  # fmt: skip
+def ok(body: bytes = GENERATE_BODY) -> Reply:
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(body), body), False)  # fmt: skip
 
 
-async def test_reuses_one_connection_and_sends_what_httpx_built() -> None:
-    async with (
-        serve(lambda h, b: ok()) as srv,
-        httpx.AsyncClient(transport=HTTP11Transport()) as client,
-    ):
-        r1 = await client.post(f"{srv.url}/generate?x=1", content=b"abc",
-                               headers={"Authorization": "Bearer k"})  # fmt: skip
-        r2 = await client.get(f"{srv.url}/server_info")
-    assert r1.json() == {"ok": True} and r2.status_code == 200
-    assert srv.connections == 1, "keep-alive: the second request reuses the socket"
+def error(status: int, body: bytes) -> Reply:
+    return (b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body), False)
+
+
+async def test_generate_sends_ids_sampling_rid_and_key_on_one_connection() -> None:
+    async with serve(lambda h, b: ok()) as srv, SGLangClient(srv.url, api_key="k") as client:
+        result = await client.generate([1, 2, 3], {"max_new_tokens": 3}, "rid-1")
+        await client.generate([4], {}, "rid-2")
+        info = await client.get_json("/server_info")
+    assert result.output_ids == [5, 6, 7] and result.finish_matched == 7
+    assert info["output_ids"] == [5, 6, 7]
+    assert srv.connections == 1, "keep-alive: later requests reuse the socket"
     head, body = srv.requests[0]
-    assert head.startswith(b"POST /generate?x=1 HTTP/1.1\r\n")
+    assert head.startswith(b"POST /generate HTTP/1.1\r\n")
     assert b"\r\nauthorization: bearer k\r\n" in head.lower()
-    assert b"\r\nhost: 127.0.0.1:" in head.lower() and body == b"abc"
-    assert srv.requests[1][0].startswith(b"GET /server_info HTTP/1.1\r\n")
-
-
-async def test_chunked_body_with_extensions_and_trailers() -> None:
-    chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-               b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n")  # fmt: skip
-    async with (
-        serve(lambda h, b: (chunked, False)) as srv,
-        httpx.AsyncClient(transport=HTTP11Transport()) as client,
-    ):
-        r = await client.get(srv.url)
-        again = await client.get(srv.url)
-    assert r.content == b"hello world" and again.content == b"hello world"
-    assert srv.connections == 1
-
-
-async def test_close_delimited_body_and_interim_100_continue() -> None:
-    reply = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\n\r\nuntil the end"
-    async with (
-        serve(lambda h, b: (reply, True)) as srv,
-        httpx.AsyncClient(transport=HTTP11Transport()) as client,
-    ):
-        r = await client.get(srv.url)
-        await client.get(srv.url)
-    assert r.content == b"until the end" and r.http_version == "HTTP/1.0"
-    assert srv.connections == 2, "a close-delimited answer leaves nothing to reuse"
-
-
-async def test_connection_close_header_is_honoured() -> None:
-    async with (
-        serve(lambda h, b: ok(extra=b"Connection: close\r\n")) as srv,
-        httpx.AsyncClient(transport=HTTP11Transport()) as client,
-    ):
-        await client.get(srv.url)
-        await client.get(srv.url)
-    assert srv.connections == 2
-
-
-async def test_idle_connections_expire() -> None:
-    async with (
-        serve(lambda h, b: ok()) as srv,
-        httpx.AsyncClient(transport=HTTP11Transport(keepalive_expiry=0.05)) as client,
-    ):
-        await client.get(srv.url)
-        await asyncio.sleep(0.15)
-        await client.get(srv.url)
-    assert srv.connections == 2
+    assert orjson.loads(body) == {"input_ids": [1, 2, 3], "sampling_params":
+                                  {"max_new_tokens": 3}, "rid": "rid-1"}  # fmt: skip
+    assert srv.requests[2][0].startswith(b"GET /server_info HTTP/1.1\r\n")
 
 
 @pytest.mark.parametrize(
-    ("reply", "error"),
+    ("status", "body", "expected", "message"),
     [
-        (None, httpx.RemoteProtocolError),  # closed without an answer
-        ((b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", True), httpx.RemoteProtocolError),
-        ((b"SSH-2.0-OpenSSH\r\n\r\n", False), httpx.RemoteProtocolError),
-        ((b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", False), httpx.RemoteProtocolError),
-        ((b"HANG", False), httpx.ReadTimeout),
+        (400, b'{"error": {"message": "top_p must be in (0, 1], got 0.0."}}',
+         RejectedRequestError, "HTTP 400: top_p must be in"),
+        (400, b'{"error": "unknown field `foo`"}', RejectedRequestError, "unknown field"),
+        # SGLang still holds that rid (the earlier request is being aborted): retry, never
+        # store the prompt as rejected.
+        (400, b'{"error": {"message": "Duplicate request ID detected: p:1:0"}}',
+         RetryableRequestError, "HTTP 400: Duplicate request ID"),
+        (503, b'{"object": "error", "message": "The request queue is full.", "code": 503}',
+         RetryableRequestError, "HTTP 503: The request queue is full."),
+        (500, b"Internal Server Error", RetryableRequestError, "HTTP 500"),
+        (401, b'{"error": "Unauthorized"}', RetryableRequestError, "check the API key"),
+    ],
+)  # fmt: skip
+async def test_status_maps_to_reject_or_retry(
+    status: int, body: bytes, expected: type[Exception], message: str
+) -> None:
+    async with serve(lambda h, b: error(status, body)) as srv, SGLangClient(srv.url) as client:
+        with pytest.raises(expected, match=message.replace("(", r"\(")) as info:
+            await client.generate([1], {}, "p:1:0")
+    assert getattr(info.value, "status", None) == status
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (None, "connection error"),  # closed without an answer, on a fresh connection
+        ((b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", True), "connection error"),
+        ((b"SSH-2.0-OpenSSH\r\n\r\n", False), "connection error"),
+        ((b"HANG", False), "timeout"),
     ],
 )
-async def test_failures_raise_httpx_errors(reply: Reply, error: type[Exception]) -> None:
+async def test_transport_failures_are_retryable_without_status(reply: Reply, message: str) -> None:
     async with (
         serve(lambda h, b: reply) as srv,
-        httpx.AsyncClient(transport=HTTP11Transport(), timeout=0.3) as client,
+        SGLangClient(srv.url, timeout_s=0.5) as client,
     ):
-        with pytest.raises(error):
-            await client.get(srv.url)
-        # The broken socket is not reused: a later good exchange still works.
+        with pytest.raises(RetryableRequestError, match=message) as info:
+            await client.generate([1], {}, "r")
+        assert info.value.status is None  # counts toward "server lost"
+        assert len(srv.requests) == 1, "a fresh connection's failure is not resent"
         srv.respond = lambda h, b: ok()
-        assert (await client.get(srv.url)).status_code == 200
+        assert (await client.generate([1], {}, "r2")).output_ids == [5, 6, 7]
 
 
-async def test_connect_errors() -> None:
+async def test_nothing_listening() -> None:
     async with serve(lambda h, b: ok()) as srv:
         url = srv.url
-    async with httpx.AsyncClient(transport=HTTP11Transport()) as client:
-        with pytest.raises(httpx.ConnectError):
-            await client.get(url)  # nothing listens there any more
-
-
-async def test_pool_limit_queues_and_times_out() -> None:
-    async with serve(lambda h, b: (b"HANG", False) if b"/hang" in h else ok()) as srv:
-        transport = HTTP11Transport(max_connections=1)
-        async with httpx.AsyncClient(transport=transport) as client:
-            hung = asyncio.create_task(client.get(f"{srv.url}/hang", timeout=30))
-            await asyncio.sleep(0.1)
-            with pytest.raises(httpx.PoolTimeout):
-                await client.get(srv.url, timeout=httpx.Timeout(30, pool=0.2))
-            hung.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await hung
-            # The cancelled exchange's socket is dropped, its slot freed.
-            assert (await client.get(srv.url)).status_code == 200
-    assert srv.connections == 2
-
-
-async def test_client_generate_hot_path_and_error_mapping() -> None:
-    statuses = iter([200, 400, 503])
-
-    def respond(head: bytes, body: bytes) -> Reply:
-        status = next(statuses)
-        if status == 200:
-            return ok(GENERATE_BODY)
-        text = b'{"error": {"message": "nope"}}'
-        return (b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(text), text),
-                False)  # fmt: skip
-
-    async with serve(respond) as srv, SGLangClient(srv.url, api_key="k") as client:
-        result = await client.generate([1, 2, 3], {"max_new_tokens": 3}, "rid-1")
-        with pytest.raises(RejectedRequestError, match="HTTP 400: nope"):
-            await client.generate([1], {}, "rid-2")
-        with pytest.raises(RetryableRequestError, match="HTTP 503"):
-            await client.generate([1], {}, "rid-3")
-    assert result.output_ids == [5, 6, 7] and result.finish_matched == 7
-    head, body = srv.requests[0]
-    assert b"\r\nAuthorization: Bearer k\r\n" in head
-    assert orjson.loads(body) == {"input_ids": [1, 2, 3], "sampling_params":
-                                  {"max_new_tokens": 3}, "rid": "rid-1"}  # fmt: skip
-
-
-async def test_client_maps_transport_failures_to_retryable() -> None:
-    async with serve(lambda h, b: None) as srv, SGLangClient(srv.url) as client:
-        with pytest.raises(RetryableRequestError, match="connection error"):
+    async with SGLangClient(url) as client:
+        with pytest.raises(RetryableRequestError, match="connection error") as info:
             await client.generate([1], {}, "r")
-    async with (
-        serve(lambda h, b: (b"HANG", False)) as srv,
-        SGLangClient(srv.url, timeout_s=0.2) as client,
-    ):
-        with pytest.raises(RetryableRequestError, match="timeout"):
-            await client.generate([1], {}, "r")
+        assert info.value.status is None
+        assert await client.health_status("/health") == 0
 
 
-async def test_client_accepts_any_httpx_transport() -> None:
-    seen: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, content=GENERATE_BODY)
-
-    async with SGLangClient("http://sglang:8000", transport=httpx.MockTransport(handler)) as c:
-        result = await c.generate([1, 2, 3], {}, "rid")
-    assert result.output_ids == [5, 6, 7]
-    assert str(seen[0].url) == "http://sglang:8000/generate"
-    assert orjson.loads(seen[0].content)["rid"] == "rid"
+def test_request_ids_differ_per_run_and_attempt() -> None:
+    ids = {request_id(run, "B1", 17, attempt) for run in ("a1b2", "c3d4") for attempt in (0, 1)}
+    assert len(ids) == 4 and all(":B1:17:" in rid for rid in ids)
 
 
-async def test_head_answer_has_no_body_and_get_sends_no_length() -> None:
-    async with (
-        serve(lambda h, b: ok(b"x" * 10) if h.startswith(b"GET") else (
-            b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", False)) as srv,
-        httpx.AsyncClient(transport=HTTP11Transport()) as client,
-    ):  # fmt: skip
-        head = await client.head(srv.url)
-        got = await client.get(srv.url)
-    assert head.content == b"" and got.content == b"x" * 10
-    assert srv.connections == 1, "the HEAD answer's socket is reusable"
-    assert all(b"content-length" not in h.lower() for h, _ in srv.requests)
+# --------------------------------------------------------------------------- real uvicorn
+
+
+@dataclass
+class Uvicorn:
+    url: str
+    proc: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def uvicorn() -> Iterator[Uvicorn]:
+    """The stand-in app under uvicorn, closing idle keep-alive connections after 1 s."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "keepalive_app:app", "--app-dir", str(HERE),
+         "--host", "127.0.0.1", "--port", str(port), "--timeout-keep-alive", "1",
+         "--log-level", "warning"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    server = Uvicorn(f"http://127.0.0.1:{port}", proc)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{server.url}/ping", timeout=1.0)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("uvicorn did not start") from None
+                time.sleep(0.1)
+        yield server
+    finally:
+        server.stop()
+
+
+def _port(rid: str) -> str:
+    return rid.rsplit("@", 1)[1]
+
+
+async def test_a_request_on_a_connection_the_server_closed_is_resent_on_a_fresh_one(
+    uvicorn: Uvicorn,
+) -> None:
+    async with SGLangClient(uvicorn.url) as client:
+        first = await client.generate([1], {}, "a")
+        # The event loop is blocked (as by a prompt render or a Parquet write) past the
+        # server's keep-alive: uvicorn closes the idle connection, and the client has not seen
+        # it when it sends the next request on it.
+        time.sleep(1.5)
+        second = await client.generate([1], {}, "b")
+        third = await client.generate([1], {}, "c")
+    assert second.rid.startswith("b@"), "answered: no error reached the caller"
+    assert _port(second.rid) != _port(first.rid), "answered on a fresh connection"
+    assert _port(third.rid) != _port(first.rid)
+
+
+async def test_a_server_gone_for_good_still_fails_after_the_one_resend(uvicorn: Uvicorn) -> None:
+    async with SGLangClient(uvicorn.url) as client:
+        await client.generate([1], {}, "a")
+        uvicorn.stop()  # blocks the loop: the client has not seen the close when it sends
+        with pytest.raises(RetryableRequestError, match="connection error") as info:
+            await client.generate([1], {}, "b")
+    assert info.value.status is None, "a connection error: counts toward 'server lost'"

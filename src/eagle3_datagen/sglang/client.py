@@ -1,34 +1,42 @@
 """Async client for SGLang's native HTTP API (``/generate``, ``/server_info``, health).
 
-Why this transport: httpx is the API the code talks to (typed, mockable with
-``httpx.MockTransport``), but what moves the bytes is :class:`HTTP11Transport`, because the
-client's CPU per request decides whether a cheap client machine keeps a GPU node busy. Client
-CPU per /generate call at 150 in flight on the 2-core client machines
-(``benchmarks/transports.py``): httpx's native transport 3.2-4.7 ms, httpx over httpx-aiohttp
-(this client before) ~1.0 ms, this client 0.23 ms. ``/generate``, the hot path, goes to the
-transport as a prepared request (no ``httpx.Request``/``Response`` objects, no redirect, cookie
-or auth hooks to run); the info and health endpoints go through a normal ``httpx.AsyncClient``.
-Bodies are encoded and decoded with orjson (decoding a 200-token answer: 8 us, ``json`` 25 us).
+The HTTP stack is aiohttp: maintained, and the cheapest on the client's CPU of the stacks
+measured (``benchmarks/transports.py``; the pipeline's client CPU per record stays well under
+1 ms with it). Bodies are encoded and decoded with orjson (decoding a 200-token answer: 8 us,
+``json`` 25 us).
+
+One race aiohttp leaves to us: SGLang's uvicorn closes a keep-alive connection after 5 idle
+seconds, and when the client's event loop is busy (rendering prompts, writing Parquet) it can
+send a request on a connection whose close it has not noticed yet. A POST that fails that way,
+on a reused connection and before any answer, is sent once more on a fresh connection: the
+server never read it, and a blip of ours must not count toward "server lost".
 
 HTTP status maps to our error types in exactly one place, :func:`raise_for_generate_status`.
 """
 
 from __future__ import annotations
 
+import weakref
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-import httpx
+import aiohttp
 import orjson
+from aiohttp.connector import Connection
+from aiohttp.tracing import Trace
 
 from eagle3_datagen.errors import RejectedRequestError, RetryableRequestError
-from eagle3_datagen.sglang.transport import HTTP11Transport, Prepared
 
 # uvicorn (SGLang's HTTP server) closes idle connections after 5 s; reusing one it is closing
 # produces spurious "server disconnected" errors, so expire ours first.
 KEEPALIVE_EXPIRY_S = 4.0
+CONNECT_TIMEOUT_S = 30.0
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# SGLang 0.5.23 answers 400 to a rid it still holds (tokenizer_manager.py, "Duplicate request ID
+# detected"): the earlier request with that rid is still being aborted. Not the prompt's fault.
+_DUPLICATE_RID = "duplicate request id"
 
 
 @dataclass(slots=True)
@@ -67,6 +75,15 @@ class GenerateResult:
             raise RetryableRequestError(f"malformed /generate response: {err!r}") from None
 
 
+def request_id(run_id: str, partition: str, line: int, attempt: int) -> str:
+    """The rid of one try: unique per run and attempt, so no two requests ever share one.
+
+    SGLang refuses a rid it still holds (a cancelled run's request being aborted, a batch retry
+    while its siblings drain), so ``partition:line:attempt`` alone is not enough across runs.
+    """
+    return f"{run_id}:{partition}:{line}:{attempt}"
+
+
 def _error_message(body: bytes) -> str:
     """SGLang's error bodies come in three shapes; return the human message of any of them."""
     try:
@@ -85,11 +102,15 @@ def _error_message(body: bytes) -> str:
 
 
 def raise_for_generate_status(status: int, body: bytes) -> None:
-    """Map an HTTP status to our error types: 4xx rejects the prompt, 429/5xx are retried."""
+    """Map an HTTP status to our error types: 4xx rejects the prompt, 429/5xx are retried.
+
+    A 400 for a duplicate rid is retried too: the next try has another rid, and the prompt was
+    never looked at.
+    """
     if status == 200:
         return
     message = _error_message(body)
-    if status in RETRYABLE_STATUS:
+    if status in RETRYABLE_STATUS or (status == 400 and _DUPLICATE_RID in message.lower()):
         raise RetryableRequestError(f"HTTP {status}: {message}", status=status)
     if status in (401, 403):
         # Not the prompt's fault: a wrong key fails every request, so fail loudly.
@@ -97,12 +118,45 @@ def raise_for_generate_status(status: int, body: bytes) -> None:
     raise RejectedRequestError(f"HTTP {status}: {message}", status=status)
 
 
+_reused: ContextVar[bool] = ContextVar("sglang_connection_reused", default=False)
+
+
+class _Connector(aiohttp.TCPConnector):
+    """A TCP connector that notes, for the request in progress, whether its connection is a
+    kept-alive one that served a request before (see the module doc for why)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._served: weakref.WeakSet[object] = weakref.WeakSet()
+
+    async def connect(
+        self,
+        req: aiohttp.ClientRequest,
+        traces: list[Trace],
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 (aiohttp's own signature)
+    ) -> Connection:
+        conn = await super().connect(req, traces, timeout)
+        protocol = conn.protocol
+        if protocol is not None:
+            _reused.set(protocol in self._served)
+            self._served.add(protocol)
+        return conn
+
+
+def _stale(err: aiohttp.ClientError) -> bool:
+    """A failure of a reused connection before any answer: the server had closed it."""
+    if isinstance(err, aiohttp.ServerDisconnectedError):
+        return isinstance(err.message, str)  # otherwise part of an answer had arrived
+    return isinstance(err, aiohttp.ClientOSError) and not isinstance(
+        err, aiohttp.ClientConnectorError
+    )
+
+
 class SGLangClient:
     """One connection pool to one SGLang server (or router). Use as an async context manager.
 
-    Create it on the event loop that uses it: an httpx client cannot cross event loops.
-    ``transport`` replaces the default :class:`HTTP11Transport` (e.g. ``httpx.MockTransport``
-    in tests); ``/generate`` then goes through it as an ordinary ``httpx.Request``.
+    The aiohttp session is made on first use, on the event loop that uses it (a session cannot
+    cross event loops).
     """
 
     def __init__(
@@ -112,26 +166,42 @@ class SGLangClient:
         api_key: str | None = None,
         timeout_s: float = 1800.0,
         max_connections: int = 256,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        headers = {"Content-Type": "application/json"}
+        self._headers = {"Content-Type": "application/json"}
         if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        self._transport = transport or HTTP11Transport(
-            max_connections=max_connections, keepalive_expiry=KEEPALIVE_EXPIRY_S
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._max_connections = max_connections
+        # No byte for timeout_s (a long generation answers only at the end), 30 s to connect.
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=timeout_s, sock_connect=CONNECT_TIMEOUT_S, sock_read=timeout_s
         )
-        timeout = httpx.Timeout(timeout_s, connect=30.0)
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=timeout, transport=self._transport
+        self._generate_url = self.base_url + "/generate"
+        self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None  # one request per connection
+
+    def _new_session(self, connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=connector,
+            headers=self._headers,
+            timeout=self._timeout,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
         )
-        # The /generate request's fixed parts, built once.
-        self._generate_url = httpx.URL(self.base_url + "/generate")
-        self._post_headers = httpx.Headers(headers)
-        self._timeouts = timeout.as_dict()
-        self._prepared: Prepared | None = None
-        if isinstance(self._transport, HTTP11Transport):
-            self._prepared = self._transport.prepare("POST", self._generate_url, self._post_headers)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = self._new_session(
+                _Connector(limit=self._max_connections, keepalive_timeout=KEEPALIVE_EXPIRY_S)
+            )
+        return self._session
+
+    @property
+    def fresh_session(self) -> aiohttp.ClientSession:
+        if self._fresh is None:
+            self._fresh = self._new_session(aiohttp.TCPConnector(force_close=True))
+        return self._fresh
 
     async def __aenter__(self) -> Self:
         return self
@@ -145,36 +215,29 @@ class SGLangClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        for session in (self._session, self._fresh):
+            if session is not None:
+                await session.close()
+        self._session = self._fresh = None
+
+    async def _post(self, session: aiohttp.ClientSession, body: bytes) -> tuple[int, bytes]:
+        async with session.post(self._generate_url, data=body) as response:
+            return response.status, await response.read()
 
     async def _post_generate(self, body: bytes) -> tuple[int, bytes]:
-        """POST /generate straight to the transport: no redirects, cookies or auth to run."""
-        if self._prepared is not None:
-            assert isinstance(self._transport, HTTP11Transport)
-            try:
-                return await self._transport.send_prepared(self._prepared, body, self._timeouts)
-            except httpx.TimeoutException as err:
-                raise RetryableRequestError(f"timeout on /generate: {err!r}") from None
-            except httpx.TransportError as err:
-                raise RetryableRequestError(f"connection error on /generate: {err!r}") from None
-        request = httpx.Request(
-            "POST",
-            self._generate_url,
-            headers=self._post_headers,
-            content=body,
-            extensions={"timeout": self._timeouts},
-        )
+        """POST /generate; a stale kept-alive connection is replaced once (module doc)."""
+        _reused.set(False)
         try:
-            response = await self._transport.handle_async_request(request)
             try:
-                content = await response.aread()
-            finally:
-                await response.aclose()
-        except httpx.TimeoutException as err:
+                return await self._post(self.session, body)
+            except aiohttp.ClientError as err:
+                if not (_reused.get() and _stale(err)):
+                    raise
+            return await self._post(self.fresh_session, body)
+        except TimeoutError as err:
             raise RetryableRequestError(f"timeout on /generate: {err!r}") from None
-        except httpx.TransportError as err:
+        except aiohttp.ClientError as err:
             raise RetryableRequestError(f"connection error on /generate: {err!r}") from None
-        return response.status_code, content
 
     async def generate(
         self, input_ids: list[int], sampling_params: dict[str, Any], rid: str
@@ -195,14 +258,22 @@ class SGLangClient:
             raise RetryableRequestError(f"/generate returned {type(data).__name__}, not an object")
         return GenerateResult.from_json(data)
 
+    async def _get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with self.session.get(self.base_url + path, timeout=timeout) as response:
+            return response.status, await response.read()
+
     async def get_json(self, path: str) -> Any:
         """GET an info endpoint; any failure is a RetryableRequestError with the reason."""
         try:
-            response = await self._http.get(path, timeout=30.0)
-        except httpx.TransportError as err:
+            status, body = await self._get(path, 30.0)
+        except (aiohttp.ClientError, TimeoutError) as err:
             raise RetryableRequestError(f"connection error on {path}: {err!r}") from None
-        raise_for_generate_status(response.status_code, response.content)
-        return orjson.loads(response.content)
+        raise_for_generate_status(status, body)
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise RetryableRequestError(f"{path} returned a body that is not JSON") from None
 
     async def server_info(self) -> dict[str, Any]:
         data = await self.get_json("/server_info")
@@ -215,7 +286,7 @@ class SGLangClient:
     async def health_status(self, path: str = "/health_generate", timeout_s: float = 30.0) -> int:
         """HTTP status of a health endpoint, or 0 when nothing answers (refused, reset, timeout)."""
         try:
-            response = await self._http.get(path, timeout=timeout_s)
-        except httpx.TransportError:
+            status, _ = await self._get(path, timeout_s)
+        except (aiohttp.ClientError, TimeoutError):
             return 0
-        return response.status_code
+        return status
