@@ -10,8 +10,15 @@ from typing import Any
 
 import pytest
 
-from eagle3_datagen.config import Sampling, ServerSpec, names_reasoning_parser, parse_config
+from eagle3_datagen.config import (
+    ModelSpec,
+    Sampling,
+    ServerSpec,
+    names_reasoning_parser,
+    parse_config,
+)
 from eagle3_datagen.errors import ConfigError
+from eagle3_datagen.sglang.launch_command import build_launch_command
 
 
 def _config(**sampling: Any) -> dict[str, Any]:
@@ -100,3 +107,10 @@ def test_every_spelling_of_reasoning_parser_is_refused(arg: str) -> None:
 def test_other_flags_are_not_taken_for_reasoning_parser(arg: str) -> None:
     assert not names_reasoning_parser(arg)
     assert ServerSpec(extra_args=[arg]).extra_args == [arg]
+
+
+@pytest.mark.parametrize("arg", ["--reasoning-parser=kimi_k2", "--reasoning-pars"])
+def test_the_launch_command_refuses_it_even_past_the_config_check(arg: str) -> None:
+    spec = ServerSpec.model_construct(**{**ServerSpec().model_dump(), "extra_args": [arg]})
+    with pytest.raises(ConfigError, match="SGLang reads it as --reasoning-parser"):
+        build_launch_command(spec, ModelSpec(path="m"))

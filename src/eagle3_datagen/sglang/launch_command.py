@@ -12,7 +12,7 @@ import shlex
 import sys
 from collections.abc import Iterable, Sequence
 
-from eagle3_datagen.config import ModelSpec, ServerSpec
+from eagle3_datagen.config import ModelSpec, ServerSpec, names_reasoning_parser
 from eagle3_datagen.errors import ConfigError
 from eagle3_datagen.sglang.redact import redact_argv
 
@@ -61,10 +61,10 @@ def build_launch_command(
     validator was bypassed: it must not be set for raw ``output_ids`` (docs/contract.md).
     """
     for arg in server.extra_args:
-        if _flag_name(arg) == "--reasoning-parser":
+        if names_reasoning_parser(arg):
             raise ConfigError(
-                "server.extra_args: --reasoning-parser is refused: the training data must be the "
-                "raw output_ids, reasoning included"
+                f"server.extra_args: {arg!r} is refused: SGLang reads it as --reasoning-parser, "
+                "and the training data must be the raw output_ids, reasoning included"
             )
     module = SGLANG_MODULE if server.engine == "sglang" else EMULATOR_MODULE
     cmd = [python, "-m", module, "--model-path", model.path]
