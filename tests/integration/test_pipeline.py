@@ -16,6 +16,7 @@ from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import demo_config
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from tests.support.emulator import read_ledger
+from tests.support.prompts import expected_prompt_ids
 
 pytestmark = pytest.mark.usefixtures("prefect_backend")
 
@@ -58,14 +59,7 @@ def test_demo_dataset_holds_exact_tokens(tmp_path: Path, chat_tokenizer: ChatTok
         for row in rows:
             src = lines[row["source_line"]]
             assert src is not None
-            messages = src["messages"]
-            if messages[-1]["role"] == "assistant":
-                messages = messages[:-1]
-            expected_prompt = tok.apply_chat_template(
-                messages, tools=src.get("tools"), add_generation_prompt=True, tokenize=True,
-                return_dict=False,
-            )  # fmt: skip
-            assert row["prompt_ids"] == list(expected_prompt)
+            assert row["prompt_ids"] == expected_prompt_ids(tok, src)
             # what the server received and sent, as its ledger recorded it
             received = ledger[row["rid"]]
             assert received["input_ids_sha256"] == sha256_int32(row["prompt_ids"])

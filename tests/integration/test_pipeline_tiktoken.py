@@ -19,6 +19,7 @@ import pytest
 from eagle3_datagen.cli import run_pipeline
 from eagle3_datagen.config import PipelineConfig, load_config
 from tests.support import REPO, free_port
+from tests.support.prompts import expected_prompt_ids
 
 pytestmark = pytest.mark.usefixtures("prefect_backend")
 
@@ -59,14 +60,7 @@ def test_demo_on_the_tiktoken_tokenizer_holds_exact_tokens(tmp_path: Path) -> No
         lines = Path(part.input).read_text().splitlines()
         for row in rows:
             src = json.loads(lines[row["source_line"] - 1])
-            messages = src["messages"]
-            if messages[-1]["role"] == "assistant":
-                messages = messages[:-1]
-            expected = tok.apply_chat_template(
-                messages, tools=src.get("tools"), add_generation_prompt=True, tokenize=True,
-                return_dict=False,
-            )  # fmt: skip
-            assert row["prompt_ids"] == list(expected), row["id"]
+            assert row["prompt_ids"] == expected_prompt_ids(tok, src), row["id"]
             assert row["output_ids"] == ledger[row["rid"]]["output_ids"], row["id"]
             assert row["output_ids"].count(THINK_END) == 1
             assert row["output_ids"][row["think_end_index"]] == THINK_END

@@ -68,3 +68,16 @@ def render(tok: Any, text: str, tools: list[Any] | None = None, **kwargs: Any) -
         **kwargs,
     )
     return [int(i) for i in ids]
+
+
+def expected_prompt_ids(tok: Any, row: dict[str, Any]) -> list[int]:
+    """An input row rendered independently of the pipeline (transformers' own chat template,
+    trailing assistant turn dropped): what its stored ``prompt_ids`` must be."""
+    messages = row["messages"]
+    if messages[-1]["role"] == "assistant":
+        messages = messages[:-1]
+    ids = tok.apply_chat_template(
+        messages, tools=row.get("tools"), add_generation_prompt=True, tokenize=True,
+        return_dict=False,
+    )  # fmt: skip
+    return [int(i) for i in ids]
