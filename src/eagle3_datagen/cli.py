@@ -127,7 +127,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     import orjson
 
-    from eagle3_datagen.audit import validate_dataset
+    from eagle3_datagen.validate.dataset import validate_dataset
 
     report = validate_dataset(args.dataset, tokenizer=args.tokenizer)
     if args.json:

@@ -14,7 +14,7 @@ from eagle3_datagen.generate.batch import PartitionRunner
 from eagle3_datagen.inputs.prompts import plan_batches
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.sglang.client import SGLangClient
-from eagle3_datagen.validate import TokenIds
+from eagle3_datagen.validate.tokens import TokenIds
 from eagle3_datagen.write.shards import PartitionOutput
 
 

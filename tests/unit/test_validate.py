@@ -6,7 +6,7 @@ import pytest
 
 from eagle3_datagen.config import SpecialTokens, ValidationPolicy
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.validate import TokenIds, Verdict, validate_output
+from eagle3_datagen.validate.tokens import TokenIds, Verdict, validate_output
 
 KEEP = ValidationPolicy()
 

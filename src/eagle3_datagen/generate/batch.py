@@ -26,7 +26,7 @@ from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import GenerateResult
 from eagle3_datagen.sglang.preflight import length_rejection
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
-from eagle3_datagen.validate import TokenIds, validate_output
+from eagle3_datagen.validate.tokens import TokenIds, validate_output
 from eagle3_datagen.write.journal import BatchJournal
 from eagle3_datagen.write.records import Record, Reject
 from eagle3_datagen.write.shards import BatchSummary, PartitionOutput

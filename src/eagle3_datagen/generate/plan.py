@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.inputs.prompts import BatchSpec, find_duplicate_ids, plan_batches
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.validate import TokenIds
+from eagle3_datagen.validate.tokens import TokenIds
 
 
 @dataclass(slots=True)
