@@ -21,9 +21,12 @@ import httpx
 import orjson
 import pytest
 
+from eagle3_datagen.config import RetryPolicy
 from eagle3_datagen.errors import RejectedRequestError, RetryableRequestError
+from eagle3_datagen.generate.requests import generate_with_retries
 from eagle3_datagen.sglang.client import SGLangClient, request_id
-from tests.support import free_port
+from tests.support import free_port, wait_until
+from tests.support.emulator import EmulatorProcess
 
 Reply = tuple[bytes, bool] | None  # (bytes to send, close after) or None: close, no answer
 GENERATE_BODY = orjson.dumps(
@@ -237,3 +240,30 @@ async def test_a_server_gone_for_good_still_fails_after_the_one_resend(uvicorn: 
         with pytest.raises(RetryableRequestError, match="connection error") as info:
             await client.generate([1], {}, "b")
     assert info.value.status is None, "a connection error: counts toward 'server lost'"
+
+
+async def test_a_rid_the_server_still_holds_is_retried_not_rejected(
+    emulator_factory: Callable[..., EmulatorProcess],
+) -> None:
+    # SGLang 0.5.23 answers 400 "Duplicate request ID" while a request with that rid is in
+    # flight (an earlier run's, or a cancelled batch's, still being aborted).
+    emu = emulator_factory(
+        "--emu-decode-ms-per-token", "10", "--emu-mean-output-tokens", "100",
+        "--emu-output-sigma", "0",
+    ).wait_ready()  # fmt: skip
+    retried: list[int] = []
+    async with SGLangClient(emu.url) as client:
+        earlier = asyncio.create_task(client.generate([1, 2, 3], {}, "B1:17:0"))
+        await asyncio.to_thread(wait_until, lambda: emu.stats()["running"] == 1)
+        result = await generate_with_retries(
+            client,
+            [1, 2, 3],
+            {"max_new_tokens": 4},
+            # the first try reuses the held rid, as a rerun with partition:line:attempt did
+            rid=lambda attempt: request_id("run2", "B1", 17, attempt) if attempt else "B1:17:0",
+            policy=RetryPolicy(max_attempts=3, backoff_initial_s=0.0),
+            on_retry=lambda: retried.append(1),
+        )
+        await earlier
+    assert retried == [1], "one 400 for the held rid, then a try with another rid"
+    assert result.rid == "run2:B1:17:1"

@@ -42,7 +42,7 @@ async def generate_with_retries(
     input_ids: list[int],
     sampling: dict[str, Any],
     *,
-    rid: str,
+    rid: str | Callable[[int], str],
     policy: RetryPolicy,
     reserve_tokens: int = 0,
     slots: asyncio.Semaphore | None = None,
@@ -50,7 +50,9 @@ async def generate_with_retries(
     budget: ServerBudget | None = None,
     on_retry: Callable[[], None] | None = None,
 ) -> GenerateResult:
-    """Send one request until it succeeds; each try's rid is ``<rid>:<attempt>``.
+    """Send one request until it succeeds; each try's rid is ``rid(attempt)``, or
+    ``<rid>:<attempt>`` for a string (SGLang refuses a rid it still holds, so no two tries share
+    one).
 
     Waits, in order, for a slot of ``slots``, for the ``supervisor`` (while a lost server is
     recovered) and for ``reserve_tokens`` of the ``budget``. ``on_retry`` is called for every
@@ -70,7 +72,8 @@ async def generate_with_retries(
                     if budget is not None
                     else contextlib.nullcontext()
                 ):
-                    result = await client.generate(input_ids, sampling, f"{rid}:{attempt}")
+                    try_rid = rid(attempt) if callable(rid) else f"{rid}:{attempt}"
+                    result = await client.generate(input_ids, sampling, try_rid)
         except RetryableRequestError as err:
             if on_retry is not None:
                 on_retry()
