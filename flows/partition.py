@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Any
 from uuid import UUID
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
+from prefect.artifacts import (
+    acreate_progress_artifact,
+    acreate_table_artifact,
+    aupdate_progress_artifact,
+)
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.errors import PartitionFailed
@@ -18,8 +21,12 @@ from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.generate.plan import plan_partition
 from eagle3_datagen.generate.progress import Progress
 from eagle3_datagen.generate.windowed import run_windowed
+from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.report.ui import (
+    FAILED_BATCHES_PREFIX,
     artifact_key,
+    failed_batch_row,
+    failed_batches_description,
     partition_failure_message,
     partition_plan_line,
     partition_summary,
@@ -48,6 +55,26 @@ async def _report_progress(
         )
 
 
+async def _publish_failed_batches(
+    partition: str,
+    batches: list[BatchSpec],
+    results: list[Any],
+    progress: Progress,
+) -> None:
+    """The partition's failed-batches table: batch, first and last line, cause, attempts."""
+    rows = [
+        failed_batch_row(spec.label, spec.first_line, spec.count, result,
+                         progress.attempts.get(spec.index, 1))
+        for spec, result in zip(batches, results, strict=True)
+        if isinstance(result, BaseException)
+    ]  # fmt: skip
+    await acreate_table_artifact(
+        rows,
+        key=artifact_key(FAILED_BATCHES_PREFIX, partition),
+        description=failed_batches_description(partition, rows, len(batches)),
+    )
+
+
 @flow(name="datagen-partition", flow_run_name="partition-{partition}", log_prints=True)
 async def generate_partition(
     config: PipelineConfig,
@@ -63,7 +90,6 @@ async def generate_partition(
     ``run`` carries the parent run's server budget, supervisor and meter; without it (a
     partition run on its own) the config's limits apply and no supervisor watches the server.
     """
-    started = time.monotonic()
     logger = get_run_logger()
     if run is None:
         run = RunContext.standalone(config)
@@ -105,7 +131,7 @@ async def generate_partition(
         )
         progress = runner.progress
         progress.total_lines = plan.total_lines
-        run.meter.track(partition, progress, started=started)
+        run.meter.track(partition, progress)
         batch_task = generate_batch.with_options(
             retries=config.retries.batch_retries,
             retry_delay_seconds=config.retries.batch_retry_delay_s,
@@ -135,5 +161,9 @@ async def generate_partition(
     logger.info(f"{partition}: {progress.line()}")
     failures = [r for r in results if isinstance(r, BaseException)]
     if failures:
+        try:
+            await _publish_failed_batches(partition, plan.batches, results, progress)
+        except Exception as err:  # the table is a convenience; the state message says it all
+            logger.warning(f"{partition}: failed-batches artifact not written: {err}")
         raise PartitionFailed(partition_failure_message(partition, failures, len(plan.batches)))
-    return partition_summary(config.output_dir, partition, run.meter.timing(partition))
+    return partition_summary(config.output_dir, partition, progress)

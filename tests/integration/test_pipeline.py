@@ -94,15 +94,17 @@ def test_demo_dataset_holds_exact_tokens(tmp_path: Path, chat_tokenizer: ChatTok
     assert fp["run"]["server_args"]["reasoning_parser"] is None
 
 
-def test_a_failed_partition_fails_the_run_and_the_other_still_finishes(tmp_path: Path) -> None:
+def test_a_missing_input_fails_the_run_before_a_server_is_launched(tmp_path: Path) -> None:
     base = demo_config(tmp_path / "out")
     data = base.model_dump()
     data["partitions"][1]["input"] = str(tmp_path / "missing.jsonl")
     config = PipelineConfig.model_validate(data)
     ok, reason = run_pipeline(config)
     assert not ok
-    assert "demo_long" in str(reason) and "missing.jsonl" in str(reason)
-    assert list((Path(config.output_dir) / "demo_short").glob("part-*.parquet"))
-    manifest = json.loads((Path(config.output_dir) / "manifest.json").read_text())
-    assert manifest["status"] == "failed"
-    assert manifest["partitions"]["demo_short"]["accepted"] > 0
+    assert f"{tmp_path}/missing.jsonl: input file not found for partition 'demo_long'" in str(
+        reason
+    )
+    # Found before the server: none launched (no server log), nothing generated or written.
+    out = Path(config.output_dir)
+    assert not (out / "logs").exists() and not (out / "manifest.json").exists()
+    assert not list(out.glob("*/part-*.parquet"))

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from eagle3_datagen.errors import BatchFailed, InputFileError
-from eagle3_datagen.report.throughput import ThroughputChange
+from datetime import UTC, datetime
+
+from eagle3_datagen.errors import BatchFailed, BatchTaskFailed, InputFileError
+from eagle3_datagen.generate.progress import Progress
+from eagle3_datagen.report.throughput import RunMeter, ThroughputChange
 from eagle3_datagen.report.ui import (
     artifact_key,
     batch_failure_message,
+    failed_batch_row,
     failure_reason,
     format_duration,
     progress_percent,
     run_failure_message,
+    run_name,
+    run_progress_markdown,
     summary_description,
     summary_row,
     throughput_markdown,
@@ -42,22 +48,64 @@ def test_the_parent_message_names_the_failed_partitions() -> None:
     assert failure_reason(None, "CRASHED") == "CRASHED"
 
 
-def test_summary_rows_carry_counts_reasons_truncation_rate_and_speed() -> None:
-    summary = {"input_lines": 63, "accepted": 55, "rejected": 8, "truncated": 11,
-               "truncation_rate": 0.2, "output_tokens": 9300,
-               "rejects_by_reason": {"duplicate_id": 5, "bad_input": 3},
-               "wall_s": 75.0, "output_tok_s": 124.0}  # fmt: skip
-    row = summary_row("demo_short", "completed", summary)
+def test_summary_rows_carry_this_runs_counts_and_what_is_on_disk_separately() -> None:
+    this_run = {"input_lines": 63, "accepted": 55, "rejected": 8, "truncated": 11,
+                "truncation_rate": 0.2, "output_tokens": 9300,
+                "rejects_by_reason": {"duplicate_id": 5, "bad_input": 3},
+                "wall_s": 75.0, "output_tok_s": 124.0}  # fmt: skip
+    on_disk = {"input_lines": 63, "accepted": 55, "rejected": 8}
+    row = summary_row("demo_short", "completed", this_run, input_lines=63, on_disk=on_disk)
     assert row == {
         "partition": "demo_short", "status": "completed", "input_lines": 63, "accepted": 55,
         "rejected": 8, "rejected_by_reason": "bad_input=3, duplicate_id=5",
         "truncation_rate": "20.0%", "output_tokens": 9300, "tok_per_s": 124,
-        "wall_time": "1m15s", "error": "",
+        "wall_time": "1m15s", "on_disk": "63 of 63 lines: 55 accepted, 8 rejected", "error": "",
     }  # fmt: skip
-    failed = summary_row("p2", "failed", None, timing=(3.5, 0.0), error="boom")
-    assert failed["accepted"] == 0 and failed["wall_time"] == "3.5s" and failed["error"] == "boom"
+    # A partition that failed before generating: the partition's size, zeros for this run, and
+    # an earlier run's data named as what is on disk, not as this run's numbers.
+    failed = summary_row("p2", "failed", None, input_lines=24, error="input file not found",
+                         on_disk={"input_lines": 24, "accepted": 24, "rejected": 0})  # fmt: skip
+    assert (failed["input_lines"], failed["accepted"], failed["output_tokens"]) == (24, 0, 0)
+    assert failed["on_disk"] == "24 of 24 lines: 24 accepted, 0 rejected"
+    assert failed["wall_time"] == "-" and failed["error"] == "input file not found"
+    linked = summary_row("p3", "failed", None, input_lines=64, error="2 of 4 batches failed",
+                         failed_batches=(2, "http://ui/artifacts/artifact/abc"))  # fmt: skip
+    assert linked["error"] == (
+        "[2 failed batches](http://ui/artifacts/artifact/abc): 2 of 4 batches failed"
+    )
     desc = summary_description([row, failed], "/out")
-    assert desc == "2 partitions, 55 records accepted, output /out; FAILED: p2"
+    assert desc == "2 partitions, 55 records accepted in this run, output /out; FAILED: p2"
+
+
+def test_failed_batch_rows_name_lines_cause_and_attempts() -> None:
+    err = BatchTaskFailed("generate[demo_short/0002]: line 40: request failed after 2 attempts")
+    assert failed_batch_row("demo_short/0002", 33, 16, err, 2) == {
+        "batch": "demo_short/0002", "first_line": 33, "last_line": 48,
+        "cause": "line 40: request failed after 2 attempts", "attempts": 2,
+    }  # fmt: skip
+
+
+def test_run_names_say_what_ran() -> None:
+    when = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
+    config = {"output_dir": "/data/eagle3/kimi", "partitions": [{"name": "a"}, {"name": "b"}]}
+    assert run_name("kimi-k2.5", config, None, when) == "kimi-k2.5: a+b 2026-11-29 02:00Z"
+    assert run_name(None, config, ["b"], when) == "kimi: b 2026-11-29 02:00Z"
+    many = [f"p{i}" for i in range(5)]
+    assert run_name("d", config, many, when).startswith("d: p0+p1+p2+2 more ")
+
+
+def test_the_parents_table_has_every_partition_before_and_while_it_runs() -> None:
+    meter = RunMeter()
+    meter.expect({"a": 64, "b": 24})
+    a = Progress(started=0.0)
+    meter.track("a", a)
+    a.batch_started(0, 0)
+    for _ in range(16):
+        a.line_done(0, 10)
+    a.finished = 8.0
+    table = run_progress_markdown(meter, {"a": "running"})
+    assert "| a | running | 16/64 | 25% | 20 | 0 | 0.4m |" in table
+    assert "| b | waiting | 0/24 | 0% | - | - | - |" in table
 
 
 def test_small_formats() -> None:

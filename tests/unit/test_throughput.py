@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from eagle3_datagen.config import ThroughputAlarm
+from eagle3_datagen.generate.progress import Progress
 from eagle3_datagen.report.throughput import (
     RateWindow,
     RunMeter,
@@ -89,22 +88,20 @@ def test_off_without_expected_rate_and_sampling_fits_the_window() -> None:
     assert sample_interval(120) == 10.0 and sample_interval(2) == 0.5
 
 
-@dataclass
-class Counter:
-    output_tokens: int = 0
-
-
-def test_run_meter_sums_partitions_and_times_each() -> None:
-    now = [100.0]
-    meter = RunMeter(clock=lambda: now[0])
-    a, b = Counter(), Counter()
-    meter.track("a", a, started=90.0)
+def test_run_meter_sums_partitions_and_rates_each_by_its_own_progress() -> None:
+    meter = RunMeter()
+    meter.expect({"a": 100, "b": 50})
+    a, b = Progress(started=0.0), Progress(started=0.0)
+    meter.track("a", a)
     meter.track("b", b)
-    a.output_tokens, b.output_tokens = 500, 300
+    assert (a.total_lines, b.total_lines) == (100, 50)  # the sizes found before the server
+    a.batch_started(0, 10)
+    a.line_done(0, 500)
+    b.batch_started(0, 0)
+    b.line_done(0, 300)
     assert meter.total_tokens() == 800
-    now[0] = 110.0
-    meter.finish("a")
-    now[0] = 200.0
-    assert meter.timing("a") == (20.0, 25.0)
-    assert meter.timing("b") == (100.0, 3.0)
+    assert meter.totals() == (12, 150)
+    a.finished = 20.0
+    wall, tok_s = meter.timing("a") or (0, 0)
+    assert (wall, tok_s) == (20.0, 25.0) and tok_s == a.tok_s()  # one definition of tok/s
     assert meter.timing("missing") is None

@@ -70,9 +70,10 @@ class PartitionRunner:
 
     async def run_batch(self, spec: BatchSpec) -> BatchSummary:
         """Process one batch end to end, or return its summary if it was committed before."""
+        self.progress.attempt(spec.index)
         done = self.output.committed(spec.index)
         if done is not None:
-            self.progress.done += done.lines
+            self.progress.batch_skipped(done.lines)
             return done
         t0 = time.monotonic()
         summary = BatchSummary(spec.partition, spec.index, spec.first_line, spec.count)
@@ -107,9 +108,9 @@ class PartitionRunner:
         journal = BatchJournal(self.output.journal_path(spec.index))
         journaled = journal.load()
         resent = sum(1 for p, _ in jobs if p.line not in journaled)
-        self.progress.done += spec.count - resent
+        self.progress.batch_started(spec.index, spec.count - resent)
         try:
-            results = await self._generate_all(jobs, journaled, journal)
+            results = await self._generate_all(spec.index, jobs, journaled, journal)
         finally:
             journal.close()
         summary.requests_sent = resent
@@ -179,12 +180,19 @@ class PartitionRunner:
         summary.wall_s = round(time.monotonic() - t0, 3)
         self.output.write_batch(summary, records, rejects, self.metadata)
         journal.remove()  # committed: the marker now stands for these results
-        self.progress.accepted += summary.accepted
-        self.progress.rejected += summary.rejected
+        self.progress.batch_committed(
+            spec.index,
+            lines=spec.count,
+            accepted=summary.accepted,
+            rejected=summary.rejected,
+            truncated=summary.truncated,
+            rejects_by_reason=summary.rejects_by_reason,
+        )
         return summary
 
     async def _generate_all(
         self,
+        index: int,
         jobs: list[tuple[Prompt, list[int]]],
         journaled: dict[int, GenerateResult],
         journal: BatchJournal,
@@ -198,7 +206,7 @@ class PartitionRunner:
         async def one(prompt: Prompt, ids: list[int]) -> tuple[GenerateResult | None, str | None]:
             if prompt.line in journaled:
                 return journaled[prompt.line], None
-            result, error = await self._generate(prompt, ids)
+            result, error = await self._generate(index, prompt, ids)
             if result is not None:
                 journal.append(prompt.line, result)
             return result, error
@@ -223,7 +231,7 @@ class PartitionRunner:
         return reason.removeprefix("prompt_too_long: ") if reason else None
 
     async def _generate(
-        self, prompt: Prompt, prompt_ids: list[int]
+        self, index: int, prompt: Prompt, prompt_ids: list[int]
     ) -> tuple[GenerateResult | None, str | None]:
         """Send one request with the retry policy; (result, None) or (None, rejection reason).
 
@@ -244,18 +252,17 @@ class PartitionRunner:
                 on_retry=self._count_retry,
             )
         except RejectedRequestError as err:
-            self.progress.done += 1
+            self.progress.line_done(index)
             return None, str(err)
         except (ServerError, RetriesExhaustedError) as err:
             raise BatchFailed(
                 f"partition {self.partition.name}, line {prompt.line}: {err}"
             ) from None
-        self.progress.done += 1
-        self.progress.output_tokens += len(result.output_ids)
+        self.progress.line_done(index, len(result.output_ids))
         return result, None
 
     def _count_retry(self) -> None:
-        self.progress.errors += 1
+        self.progress.retry()
 
     def _input_reject(self, rej: InputReject) -> Reject:
         return Reject(

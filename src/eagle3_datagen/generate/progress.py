@@ -1,38 +1,143 @@
-"""A partition's live counters and the progress line the logs and the UI show."""
+"""A partition's live counters and the progress line the logs and the UI show.
+
+Each input line counts once, however often its batch is retried: a batch's count is reset at
+every attempt to what that attempt settled without a request (lines rejected before sending,
+results kept in the journal) and grows by one per finished request. Output tokens are the
+tokens the server returned in this run, each response once (a retry never resends a journaled
+request); :meth:`Progress.tok_s` is the one output rate every report uses.
+"""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
+
+
+def format_eta(seconds: float) -> str:
+    if seconds == float("inf"):
+        return "?"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 60:.1f}m"
 
 
 @dataclass(slots=True)
 class Progress:
-    """Live counters of a partition, read by the progress reporter and the run's meter."""
+    """Live counters of a partition in this run, read by the reporters and the run's meter."""
 
     total_lines: int = 0
-    done: int = 0
+    errors: int = 0  # retried request failures
+    output_tokens: int = 0  # returned by the server in this run
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    # Lines of batches committed before this run (skipped), and of batches committed in it.
+    skipped_lines: int = 0
+    # This run's committed batches: their totals, for the summary's "this run" row.
+    lines: int = 0
     accepted: int = 0
     rejected: int = 0
-    errors: int = 0  # retried request failures
-    output_tokens: int = 0
-    started: float = field(default_factory=time.monotonic)
+    truncated: int = 0
+    batches: int = 0
+    rejects_by_reason: Counter[str] = field(default_factory=Counter)
+    # Batches in flight: lines settled in the current attempt; attempts per batch.
+    _open: dict[int, int] = field(default_factory=dict)
+    attempts: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def done(self) -> int:
+        """Input lines with an outcome: each line once, whatever the retries."""
+        return self.skipped_lines + self.lines + sum(self._open.values())
+
+    def batch_skipped(self, lines: int) -> None:
+        """A batch committed by an earlier run: its lines are done, nothing generated."""
+        self.skipped_lines += lines
+
+    def attempt(self, index: int) -> None:
+        """Batch ``index`` is being run (again): counts its attempts in this run."""
+        self.attempts[index] = self.attempts.get(index, 0) + 1
+
+    def batch_started(self, index: int, settled: int) -> None:
+        """A (new or retried) attempt at a batch; ``settled`` lines need no request in it."""
+        self._open[index] = settled
+
+    def line_done(self, index: int, output_tokens: int = 0) -> None:
+        """One request of batch ``index`` finished (a result, or a rejection by the server)."""
+        self._open[index] = self._open.get(index, 0) + 1
+        self.output_tokens += output_tokens
+
+    def batch_committed(
+        self,
+        index: int,
+        *,
+        lines: int,
+        accepted: int,
+        rejected: int,
+        truncated: int,
+        rejects_by_reason: dict[str, int],
+    ) -> None:
+        """The batch's Parquet and marker are written: its counts join this run's totals."""
+        self._open.pop(index, None)
+        self.lines += lines
+        self.accepted += accepted
+        self.rejected += rejected
+        self.truncated += truncated
+        self.batches += 1
+        self.rejects_by_reason.update(rejects_by_reason)
+
+    def retry(self) -> None:
+        self.errors += 1
+
+    def finish(self) -> None:
+        if self.finished is None:
+            self.finished = time.monotonic()
+
+    def elapsed(self) -> float:
+        end = self.finished if self.finished is not None else time.monotonic()
+        return max(end - self.started, 1e-9)
+
+    def tok_s(self) -> float:
+        """Output tokens the server returned in this run per second of the partition's wall
+        time (from its start to its end, or now): the rate the summary, the progress line and
+        the parent's table show."""
+        return self.output_tokens / self.elapsed()
 
     def line(self) -> str:
-        """The seed's log line: ``done/total (err) req/s avg_comp tok/s ETA``."""
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        rate = self.done / elapsed
-        avg = self.output_tokens / self.done if self.done else 0.0
-        remaining = max(self.total_lines - self.done, 0)
-        eta = remaining / rate if rate > 0 else float("inf")
-        eta_s = (
-            f"{eta / 3600:.1f}h"
-            if eta >= 3600
-            else f"{eta / 60:.1f}m"
-            if eta != float("inf")
-            else "?"
-        )
+        """The seed's log line: ``done/total (err) req/s avg_comp tok/s ETA``.
+
+        req/s and ETA count the lines settled in this run (earlier runs' batches excluded), so
+        a resumed partition does not look faster than it is.
+        """
+        done = self.done
+        generated = done - self.skipped_lines
+        avg = self.output_tokens / generated if generated else 0.0
         return (
-            f"{self.done}/{self.total_lines or '?'} ({self.errors} err) {rate:.1f} req/s "
-            f"avg_comp={avg:.0f}tok {self.output_tokens / elapsed:.0f} tok/s ETA={eta_s}"
+            f"{done}/{self.total_lines or '?'} ({self.errors} err) {self.lines_per_s():.1f} req/s "
+            f"avg_comp={avg:.0f}tok {self.tok_s():.0f} tok/s ETA={self.eta()}"
         )
+
+    def lines_per_s(self) -> float:
+        """Lines settled per second in this run (earlier runs' batches not counted)."""
+        return (self.done - self.skipped_lines) / self.elapsed()
+
+    def eta(self) -> str:
+        """Time left at this run's line rate: ``12.5m``, ``3.1h``, or ``?`` before any line."""
+        remaining = max(self.total_lines - self.done, 0)
+        rate = self.lines_per_s()
+        return format_eta(0.0 if remaining == 0 else remaining / rate if rate > 0 else float("inf"))
+
+    def this_run(self) -> dict[str, Any]:
+        """This run's numbers in the manifest summary's shape (batches committed in this run)."""
+        return {
+            "input_lines": self.total_lines,
+            "lines_done": self.done,
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "rejects_by_reason": dict(sorted(self.rejects_by_reason.items())),
+            "truncated": self.truncated,
+            "truncation_rate": round(self.truncated / self.accepted, 4) if self.accepted else 0.0,
+            "output_tokens": self.output_tokens,
+            "wall_s": round(self.elapsed(), 1),
+            "output_tok_s": round(self.tok_s(), 1),
+        }

@@ -9,12 +9,12 @@ transition into a warning, an event and an artifact.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from eagle3_datagen.config import ThroughputAlarm
+from eagle3_datagen.generate.progress import Progress
 
 # A dip ends only above threshold x this, so a rate hovering at the line does not flap.
 RECOVERY_MARGIN = 1.1
@@ -172,43 +172,47 @@ class ThroughputWatch:
         )
 
 
-class TokenCounter(Protocol):
-    """Anything with a running output-token count (the runner's ``Progress``)."""
-
-    output_tokens: int
-
-
-@dataclass(slots=True)
-class _Tracked:
-    counter: TokenCounter
-    started: float
-    finished: float | None = None
-
-
 @dataclass(slots=True)
 class RunMeter:
-    """The run's partitions' token counters, summed for the watch, timed for the summary."""
+    """The run's partitions' live :class:`Progress`, for the alarm, the parent's table and the
+    summary. Partition sizes are known before the server starts (``expect``); a partition's
+    counters join when it starts generating (``track``)."""
 
-    clock: Any = time.monotonic
-    _parts: dict[str, _Tracked] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    _parts: dict[str, Progress] = field(default_factory=dict)
 
-    def track(self, partition: str, counter: TokenCounter, started: float | None = None) -> None:
-        """Count ``counter`` in the run from now (or since ``started``, on the same clock)."""
-        self._parts[partition] = _Tracked(counter, self.clock() if started is None else started)
+    def expect(self, sizes: dict[str, int]) -> None:
+        """The run's partitions and their input lines, in the run's order."""
+        self.sizes.update(sizes)
+
+    def track(self, partition: str, progress: Progress) -> None:
+        progress.total_lines = progress.total_lines or self.sizes.get(partition, 0)
+        self._parts[partition] = progress
 
     def finish(self, partition: str) -> None:
-        tracked = self._parts.get(partition)
-        if tracked is not None and tracked.finished is None:
-            tracked.finished = self.clock()
+        progress = self._parts.get(partition)
+        if progress is not None:
+            progress.finish()
+
+    def progress(self, partition: str) -> Progress | None:
+        return self._parts.get(partition)
 
     def total_tokens(self) -> int:
-        return sum(p.counter.output_tokens for p in self._parts.values())
+        """Output tokens returned by the server in this run, all partitions (the alarm's count)."""
+        return sum(p.output_tokens for p in self._parts.values())
 
     def timing(self, partition: str) -> tuple[float, float] | None:
-        """(wall seconds, output tok/s generated in this run) of a partition, if it ran."""
-        tracked = self._parts.get(partition)
-        if tracked is None:
-            return None
-        end = tracked.finished if tracked.finished is not None else self.clock()
-        wall = max(end - tracked.started, 1e-9)
-        return wall, tracked.counter.output_tokens / wall
+        """(wall seconds, output tok/s) of a partition in this run, if it started generating."""
+        progress = self._parts.get(partition)
+        return None if progress is None else (progress.elapsed(), progress.tok_s())
+
+    def totals(self) -> tuple[int, int]:
+        """(lines done, input lines) over every partition of the run."""
+        names = list(self.sizes) or list(self._parts)
+        done = sum(p.done for p in self._parts.values())
+        total = sum(self.sizes.get(n) or self._progress_total(n) for n in names)
+        return done, total
+
+    def _progress_total(self, name: str) -> int:
+        progress = self._parts.get(name)
+        return progress.total_lines if progress is not None else 0

@@ -8,8 +8,11 @@ makes it testable without a Prefect server and keeps the flows thin.
 from __future__ import annotations
 
 import math
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from eagle3_datagen.generate.progress import Progress
 from eagle3_datagen.report.throughput import RunMeter, ThroughputChange
 from eagle3_datagen.write.manifest import summarize_on_disk
 
@@ -53,21 +56,45 @@ def batch_failure_message(label: str, partition: str, err: BaseException) -> str
     return f"generate[{label}]: {cause or type(err).__name__}"
 
 
+def on_disk_text(on_disk: dict[str, Any], input_lines: int) -> str:
+    """What the output directory holds for a partition, all runs together."""
+    done = int(on_disk.get("input_lines", 0))
+    if not done:
+        return "nothing"
+    return (
+        f"{done} of {input_lines} lines: {on_disk.get('accepted', 0)} accepted, "
+        f"{on_disk.get('rejected', 0)} rejected"
+    )
+
+
 def summary_row(
     name: str,
     status: str,
-    summary: dict[str, Any] | None,
-    timing: tuple[float, float] | None = None,
+    this_run: dict[str, Any] | None,
+    *,
+    input_lines: int,
+    on_disk: dict[str, Any] | None = None,
     error: str | None = None,
+    failed_batches: tuple[int, str] | None = None,
 ) -> dict[str, Any]:
-    """One partition's row of the run summary table (strings where a human reads them)."""
-    s = summary or {}
+    """One partition's row of the run summary table: this run's numbers only.
+
+    ``input_lines`` is the partition's size whatever happened; what the output directory holds
+    from every run is the separate ``on_disk`` column. ``failed_batches`` (count, link) turns
+    the error cell into a link to the partition's failed-batches table (cells are markdown).
+    """
+    s = this_run or {}
     reasons = s.get("rejects_by_reason") or {}
-    wall, tok_s = timing if timing is not None else (s.get("wall_s"), s.get("output_tok_s"))
+    wall, tok_s = s.get("wall_s"), s.get("output_tok_s")
+    text = " ".join((error or "").split())[:300]
+    if failed_batches is not None:
+        count, link = failed_batches
+        label = f"{count} failed batch" + ("es" if count != 1 else "")
+        text = f"[{label}]({link}): {text}" if text else f"[{label}]({link})"
     return {
         "partition": name,
         "status": status,
-        "input_lines": s.get("input_lines", 0),
+        "input_lines": input_lines,
         "accepted": s.get("accepted", 0),
         "rejected": s.get("rejected", 0),
         "rejected_by_reason": ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())) or "-",
@@ -75,43 +102,53 @@ def summary_row(
         "output_tokens": s.get("output_tokens", 0),
         "tok_per_s": round(tok_s) if tok_s is not None else "-",
         "wall_time": format_duration(wall),
-        "error": (error or "")[:300],
+        "on_disk": on_disk_text(on_disk, input_lines) if on_disk is not None else "-",
+        "error": text,
     }
 
 
 def summary_rows(
     output_dir: str,
     names: list[str],
-    completed: dict[str, dict[str, Any]],
+    completed: set[str],
     errors: dict[str, str],
     meter: RunMeter,
+    failed_batches: dict[str, tuple[int, str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The run summary table: one row per partition; unfinished ones counted from disk."""
+    """The run summary table: one row per partition, this run's numbers and what is on disk."""
     rows = []
     for name in names:
-        if name in completed:
-            rows.append(summary_row(name, "completed", completed[name]))
-            continue
-        status = "failed" if name in errors else "not run"
-        on_disk = summarize_on_disk(output_dir, name)
-        rows.append(summary_row(name, status, on_disk, meter.timing(name), errors.get(name)))
+        status = "completed" if name in completed else "failed" if name in errors else "not run"
+        progress = meter.progress(name)
+        this_run = progress.this_run() if progress is not None else None
+        size = meter.sizes.get(name) or (progress.total_lines if progress is not None else 0)
+        rows.append(
+            summary_row(
+                name,
+                status,
+                this_run,
+                input_lines=size,
+                on_disk=summarize_on_disk(output_dir, name),
+                error=errors.get(name),
+                failed_batches=(failed_batches or {}).get(name),
+            )
+        )
     return rows
 
 
-def partition_summary(
-    output_dir: str, partition: str, timing: tuple[float, float] | None
-) -> dict[str, Any]:
-    """A partition's totals from disk, with this run's wall time and output rate if it ran."""
+def partition_summary(output_dir: str, partition: str, progress: Progress | None) -> dict[str, Any]:
+    """A partition's totals from disk (every run), with this run's wall time and output rate."""
     summary = summarize_on_disk(output_dir, partition)
-    if timing is not None:
-        summary["wall_s"], summary["output_tok_s"] = round(timing[0], 1), round(timing[1], 1)
+    if progress is not None:
+        summary["wall_s"] = round(progress.elapsed(), 1)
+        summary["output_tok_s"] = round(progress.tok_s(), 1)
     return summary
 
 
 def summary_description(rows: list[dict[str, Any]], output_dir: str) -> str:
     failed = [r["partition"] for r in rows if r["status"] != "completed"]
     accepted = sum(int(r["accepted"]) for r in rows)
-    head = f"{len(rows)} partitions, {accepted} records accepted, output {output_dir}"
+    head = f"{len(rows)} partitions, {accepted} records accepted in this run, output {output_dir}"
     return head + (f"; FAILED: {', '.join(failed)}" if failed else "")
 
 
@@ -231,3 +268,71 @@ def fanout_failure_message(failed: dict[str, str | None], total: int) -> str:
     """The fan-out's Failed message: which partition jobs, and each one's state message."""
     detail = "; ".join(f"{name}: {why or 'no state'}" for name, why in failed.items())
     return f"{len(failed)} of {total} partition jobs failed: {detail}"
+
+
+def failed_batch_row(
+    label: str, first_line: int, count: int, err: BaseException, attempts: int
+) -> dict[str, Any]:
+    """One row of a partition's failed-batches table: which lines, why, how often tried."""
+    cause = " ".join(str(err).split()) or type(err).__name__
+    cause = cause.removeprefix(f"generate[{label}]: ")
+    return {
+        "batch": label,
+        "first_line": first_line,
+        "last_line": first_line + count - 1,
+        "cause": cause[:500],
+        "attempts": attempts,
+    }
+
+
+def failed_batches_description(partition: str, rows: list[dict[str, Any]], batches: int) -> str:
+    return (
+        f"{partition}: {len(rows)} of {batches} batches failed after their retries; rerun the "
+        "same command to generate only what is missing"
+    )
+
+
+RUN_PROGRESS_KEY = "datagen-progress"
+
+
+def run_progress_markdown(meter: RunMeter, states: dict[str, str]) -> str:
+    """The parent's live table (a progress artifact's description): one line per partition."""
+    rows = [
+        "| partition | state | lines | % | tok/s | retried errors | ETA |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, size in meter.sizes.items():
+        progress = meter.progress(name)
+        state = states.get(name, "waiting")
+        if progress is None:
+            rows.append(f"| {name} | {state} | 0/{size} | 0% | - | - | - |")
+            continue
+        pct = progress_percent(progress.done, size or progress.total_lines)
+        rows.append(
+            f"| {name} | {state} | {progress.done}/{size or progress.total_lines} | {pct:.0f}% | "
+            f"{progress.tok_s():.0f} | {progress.errors} | {progress.eta()} |"
+        )
+    return "\n".join(rows)
+
+
+FAILED_BATCHES_PREFIX = "failed-batches"
+DATA_PREFIX = "data"
+PROGRESS_PREFIX = "progress"
+
+
+def artifact_link(ui_url: str | None, artifact_id: str) -> str:
+    """The artifact's page in the Prefect UI (relative to the UI when its URL is unknown)."""
+    return f"{(ui_url or '').rstrip('/')}/artifacts/artifact/{artifact_id}"
+
+
+def run_name(source: str | None, config: Any, partitions: list[str] | None, when: datetime) -> str:
+    """A flow run name that says what ran: ``kimi-k2.5: B1_glaive+B2_code 2026-11-29 02:00Z``.
+
+    ``source`` is the deployment's name; without one, the output directory's name. ``config``
+    is the run's config parameter, a model or its JSON form.
+    """
+    cfg = config.model_dump() if hasattr(config, "model_dump") else dict(config or {})
+    names = list(partitions or [p.get("name", "?") for p in cfg.get("partitions") or []])
+    what = source or Path(str(cfg.get("output_dir") or "datagen")).name
+    shown = "+".join(names[:3]) + (f"+{len(names) - 3} more" if len(names) > 3 else "")
+    return f"{what}: {shown or 'all'} {when:%Y-%m-%d %H:%M}Z"

@@ -1,0 +1,188 @@
+"""A picture of a partition's data: length distributions, truncation and reject rates.
+
+Read from what is on disk (the committed shards' length columns and the batch markers), so it
+describes the dataset, not one run. The histograms are text (markdown code blocks): they render
+the same in a Prefect markdown artifact, a terminal and the dataset card, with no plotting
+dependency. Bins are powers of two, because outputs of a reasoning model vary in length by
+100x and more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from eagle3_datagen.write.manifest import summarize_on_disk
+from eagle3_datagen.write.shards import PartitionOutput
+
+BAR_WIDTH = 40
+_COLUMNS = ["prompt_tokens", "completion_tokens", "think_end_index", "truncated"]
+
+
+@dataclass(slots=True)
+class Distribution:
+    """Token counts of one kind, with the numbers a reader looks for first."""
+
+    name: str
+    values: list[int] = field(default_factory=list)
+
+    def stats(self) -> dict[str, float]:
+        if not self.values:
+            return {"count": 0, "mean": 0, "p50": 0, "p90": 0, "p99": 0, "max": 0}
+        ordered = sorted(self.values)
+
+        def pct(q: float) -> float:
+            return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
+
+        return {
+            "count": len(ordered),
+            "mean": round(sum(ordered) / len(ordered), 1),
+            "p50": pct(0.5),
+            "p90": pct(0.9),
+            "p99": pct(0.99),
+            "max": float(ordered[-1]),
+        }
+
+    def histogram(self) -> str:
+        """Power-of-two bins as text bars: ``  256-511 | ████████  123``."""
+        if not self.values:
+            return "(no records)"
+        bins: dict[int, int] = {}
+        for v in self.values:
+            b = max(v, 0).bit_length()  # 0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ...
+            bins[b] = bins.get(b, 0) + 1
+        lo, hi = min(bins), max(bins)
+        top = max(bins.values())
+        labels = [_bin_label(b) for b in range(lo, hi + 1)]
+        width = max(len(label) for label in labels)
+        lines = []
+        for b, label in zip(range(lo, hi + 1), labels, strict=True):
+            n = bins.get(b, 0)
+            bar = "█" * (round(BAR_WIDTH * n / top) if n else 0)
+            if n and not bar:
+                bar = "▏"
+            lines.append(f"{label:>{width}} | {bar:<{BAR_WIDTH}} {n}")
+        return "\n".join(lines)
+
+
+def _bin_label(b: int) -> str:
+    if b == 0:
+        return "0"
+    lo, hi = 1 << (b - 1), (1 << b) - 1
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+@dataclass(slots=True)
+class PartitionPicture:
+    """What a partition's committed data looks like."""
+
+    partition: str
+    input_lines: int  # lines with a committed outcome
+    accepted: int
+    rejected: int
+    truncated: int
+    rejects_by_reason: dict[str, int]
+    prompt: Distribution
+    output: Distribution
+    thinking: Distribution
+
+    @property
+    def truncation_rate(self) -> float:
+        return self.truncated / self.accepted if self.accepted else 0.0
+
+    @property
+    def reject_rate(self) -> float:
+        done = self.accepted + self.rejected
+        return self.rejected / done if done else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "input_lines": self.input_lines,
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "truncated": self.truncated,
+            "truncation_rate": round(self.truncation_rate, 4),
+            "reject_rate": round(self.reject_rate, 4),
+            "rejects_by_reason": self.rejects_by_reason,
+            "prompt_length": self.prompt.stats(),
+            "output_length": self.output.stats(),
+            "thinking_length": self.thinking.stats(),
+        }
+
+
+def partition_picture(root: str | Path, partition: str) -> PartitionPicture:
+    """Read the partition's committed shards (length columns only) and batch markers."""
+    prompt = Distribution("prompt length (tokens)")
+    output = Distribution("output length (tokens)")
+    thinking = Distribution("thinking length (tokens before </think>)")
+    truncated = 0
+    for path in PartitionOutput(root, partition).shard_paths():
+        table = pq.read_table(path, columns=_COLUMNS)
+        prompt.values.extend(table["prompt_tokens"].to_pylist())
+        output.values.extend(table["completion_tokens"].to_pylist())
+        think = table["think_end_index"]
+        thinking.values.extend(pc.filter(think, pc.greater_equal(think, 0)).to_pylist())
+        truncated += int(pc.sum(table["truncated"].cast("int64")).as_py() or 0)
+    totals = summarize_on_disk(root, partition)
+    return PartitionPicture(
+        partition=partition,
+        input_lines=int(totals["input_lines"]),
+        accepted=len(output.values),
+        rejected=int(totals["rejected"]),
+        truncated=truncated,
+        rejects_by_reason=dict(totals["rejects_by_reason"]),
+        prompt=prompt,
+        output=output,
+        thinking=thinking,
+    )
+
+
+def stats_table(picture: PartitionPicture) -> str:
+    """Markdown table of the three distributions' summary numbers."""
+    rows = [
+        "| tokens | records | mean | p50 | p90 | p99 | max |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for dist in (picture.prompt, picture.output, picture.thinking):
+        s = dist.stats()
+        rows.append(
+            f"| {dist.name} | {s['count']:.0f} | {s['mean']:.0f} | {s['p50']:.0f} | "
+            f"{s['p90']:.0f} | {s['p99']:.0f} | {s['max']:.0f} |"
+        )
+    return "\n".join(rows)
+
+
+def rates_line(picture: PartitionPicture) -> str:
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(picture.rejects_by_reason.items()))
+    return (
+        f"**{picture.accepted}** accepted, **{picture.rejected}** rejected "
+        f"(reject rate {picture.reject_rate:.1%}{': ' + reasons if reasons else ''}); "
+        f"**{picture.truncated}** truncated at max_tokens (truncation rate "
+        f"{picture.truncation_rate:.1%} of accepted)"
+    )
+
+
+def picture_markdown(picture: PartitionPicture, heading: str = "#") -> str:
+    """The partition's data picture as markdown: rates, a stats table, three histograms."""
+    parts = [
+        f"{heading} Data: {picture.partition}",
+        rates_line(picture),
+        stats_table(picture),
+    ]
+    for dist in (picture.output, picture.thinking, picture.prompt):
+        parts.append(f"**{dist.name}**\n\n```text\n{dist.histogram()}\n```")
+    return "\n\n".join(parts) + "\n"
+
+
+def picture_description(picture: PartitionPicture) -> str:
+    o = picture.output.stats()
+    return (
+        f"{picture.partition}: {picture.accepted} records, output p50 {o['p50']:.0f} / p90 "
+        f"{o['p90']:.0f} tokens, truncated {picture.truncation_rate:.1%}, rejected "
+        f"{picture.reject_rate:.1%}"
+    )

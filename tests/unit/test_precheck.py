@@ -1,0 +1,64 @@
+"""What a run checks before it launches a server: names, inputs, tokenizer, special tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from eagle3_datagen.config import PipelineConfig, parse_config
+from eagle3_datagen.errors import ConfigError, InputFileError, TokenizerError
+from eagle3_datagen.inputs.prompts import plan_batches
+from eagle3_datagen.precheck import check_before_server, count_input_lines
+from tests.support import TOKENIZER_DIR
+
+
+def config(tmp_path: Path, inputs: dict[str, str], **special: str) -> PipelineConfig:
+    return parse_config({
+        "model": {"path": str(TOKENIZER_DIR)},
+        "special_tokens": special,
+        "partitions": [{"name": n, "input": str(tmp_path / f), "tier": "SHORT"}
+                       for n, f in inputs.items()],
+        "output_dir": str(tmp_path / "out"),
+    })  # fmt: skip
+
+
+def test_sizes_count_lines_as_the_planner_does(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_bytes(b'{"messages": []}\n\n{"x": 1}\n{"last": "no newline"}')
+    pq.write_table(pa.table({"messages": [[{"role": "user", "content": "hi"}]] * 5}),
+                   tmp_path / "b.parquet")  # fmt: skip
+    cfg = config(tmp_path, {"a": "a.jsonl", "b": "b.parquet"})
+    check = check_before_server(cfg, None)
+    assert check.names == ["a", "b"] and check.sizes == {"a": 4, "b": 5}
+    planned = sum(s.count for s in plan_batches("a", tmp_path / "a.jsonl", 2))
+    assert planned == count_input_lines(tmp_path / "a.jsonl") == 4
+    assert check.ids.think_end == check.tokenizer.token_id("</think>")
+
+
+def test_every_unusable_input_is_named_before_the_server(tmp_path: Path) -> None:
+    (tmp_path / "ok.jsonl").write_text("{}\n")
+    (tmp_path / "dir.jsonl").mkdir()
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    cfg = config(tmp_path, {"ok": "ok.jsonl", "gone": "gone.jsonl", "dir": "dir.jsonl",
+                            "bad": "bad.parquet"})  # fmt: skip
+    sizes: dict[str, int] = {}
+    with pytest.raises(InputFileError) as err:
+        check_before_server(cfg, None, sizes=sizes)
+    text = str(err.value)
+    assert f"{tmp_path}/gone.jsonl: input file not found for partition 'gone'" in text
+    assert f"{tmp_path}/dir.jsonl: not a file (input of partition 'dir')" in text
+    assert f"{tmp_path}/bad.parquet: not a readable Parquet file (partition 'bad')" in text
+    assert sizes == {"ok": 1}  # what was found is known to the caller's report
+    # Only the selected partitions' inputs are checked.
+    assert check_before_server(cfg, ["ok"]).sizes == {"ok": 1}
+    with pytest.raises(ConfigError, match="unknown partition 'nope'"):
+        check_before_server(cfg, ["nope"])
+
+
+def test_a_special_token_that_is_not_one_token_fails_before_the_server(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    cfg = config(tmp_path, {"a": "a.jsonl"}, think_end="</thinking-not-a-token>")
+    with pytest.raises(TokenizerError, match="thinking-not-a-token"):
+        check_before_server(cfg, None)
