@@ -33,6 +33,7 @@ from eagle3_datagen.report.ui import (
     progress_percent,
 )
 from eagle3_datagen.sglang.pool import connect
+from eagle3_datagen.write.resume import drop_superseded, superseded_line
 from eagle3_datagen.write.shards import PartitionOutput
 from flows.secrets import api_key_for
 from tasks.batch import generate_batch
@@ -109,6 +110,8 @@ async def generate_partition(
     )
     if plan.duplicates:
         logger.warning(f"{partition}: {len(plan.duplicates)} lines repeat an earlier id; rejected")
+    if plan.superseded:
+        logger.warning(superseded_line(partition, plan.superseded, len(plan.reuse)))
     async with connect(
         server_url,
         api_key=await api_key_for(config.server),
@@ -126,6 +129,7 @@ async def generate_partition(
             max_req_input_len=max_req_input_len,
             metadata=parquet_metadata,
             duplicates=plan.duplicates,
+            reuse=plan.reuse,
             supervisor=run.supervisor,
             budget=run.budget,
         )
@@ -166,4 +170,5 @@ async def generate_partition(
         except Exception as err:  # the table is a convenience; the state message says it all
             logger.warning(f"{partition}: failed-batches artifact not written: {err}")
         raise PartitionFailed(partition_failure_message(partition, failures, len(plan.batches)))
+    drop_superseded(output)  # every batch is committed: nothing left to reuse
     return partition_summary(config.output_dir, partition, progress)

@@ -8,6 +8,7 @@ tier's concurrency, so the server's slots stay full across batch boundaries.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import Counter
 
@@ -27,8 +28,9 @@ from eagle3_datagen.sglang.client import GenerateResult
 from eagle3_datagen.sglang.preflight import length_rejection
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
 from eagle3_datagen.validate.tokens import TokenIds, validate_output
-from eagle3_datagen.write.journal import BatchJournal
+from eagle3_datagen.write.journal import BatchJournal, prompt_key
 from eagle3_datagen.write.records import Record, Reject
+from eagle3_datagen.write.resume import ReusePool
 from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
 
 
@@ -50,6 +52,7 @@ class PartitionRunner:
         duplicates: dict[int, int] | None = None,
         supervisor: ServerSupervisor | None = None,
         budget: ServerBudget | None = None,
+        reuse: ReusePool | None = None,
     ) -> None:
         self.config = config
         self.partition = config.partition(partition)
@@ -64,6 +67,7 @@ class PartitionRunner:
         self.duplicates = duplicates or {}  # line -> earlier line with the same id
         self.supervisor = supervisor
         self.budget = budget or ServerBudget()
+        self.reuse = reuse or ReusePool()  # results of superseded batches, by prompt key
         self.semaphore = asyncio.Semaphore(self.tier.concurrency)
         self.sampling = config.sampling.to_sglang(self.tier.max_tokens, list(ids.stop_ids))
         self.progress = Progress()
@@ -71,7 +75,7 @@ class PartitionRunner:
     async def run_batch(self, spec: BatchSpec) -> BatchSummary:
         """Process one batch end to end, or return its summary if it was committed before."""
         self.progress.attempt(spec.index)
-        done = self.output.committed(spec.index)
+        done = self.output.committed(spec.index, spec.key)
         if done is not None:
             self.progress.batch_skipped(done.lines)
             return done
@@ -106,7 +110,9 @@ class PartitionRunner:
             jobs.append((prompt, ids))
 
         journal = BatchJournal(self.output.journal_path(spec.index))
-        journaled = journal.load()
+        jobs, journaled, reused = self._take_earlier(jobs, journal)
+        records.extend(r for r in reused if isinstance(r, Record))
+        rejects.extend(r for r in reused if isinstance(r, Reject))
         resent = sum(1 for p, _ in jobs if p.line not in journaled)
         self.progress.batch_started(spec.index, spec.count - resent)
         try:
@@ -162,12 +168,14 @@ class PartitionRunner:
                     rid=result.rid,
                 )
             )
-            summary.truncated += verdict.truncated
-            summary.prompt_tokens += len(prompt_ids)
-            summary.output_tokens += len(result.output_ids)
-            summary.output_lengths.append(len(result.output_ids))
-            if verdict.think_end_index >= 0:
-                summary.thinking_lengths.append(verdict.think_end_index)
+
+        for record in records:
+            summary.truncated += record.truncated
+            summary.prompt_tokens += len(record.prompt_ids)
+            summary.output_tokens += len(record.output_ids)
+            summary.output_lengths.append(len(record.output_ids))
+            if record.think_end_index >= 0:
+                summary.thinking_lengths.append(record.think_end_index)
 
         summary.accepted = len(records)
         summary.rejected = len(rejects)
@@ -178,6 +186,9 @@ class PartitionRunner:
                 f"{summary.rejected} rejected; refusing to commit a batch that lost lines"
             )
         summary.wall_s = round(time.monotonic() - t0, 3)
+        summary.input_key = spec.key
+        records.sort(key=lambda r: r.source_line)
+        rejects.sort(key=lambda r: r.source_line)
         self.output.write_batch(summary, records, rejects, self.metadata)
         journal.remove()  # committed: the marker now stands for these results
         self.progress.batch_committed(
@@ -208,7 +219,7 @@ class PartitionRunner:
                 return journaled[prompt.line], None
             result, error = await self._generate(index, prompt, ids)
             if result is not None:
-                journal.append(prompt.line, result)
+                journal.append(prompt_key(prompt.id, ids), result)
             return result, error
 
         try:
@@ -221,6 +232,43 @@ class PartitionRunner:
                 raise BatchFailed(f"{failed[0]}{more}") from None
             raise
         return [t.result() for t in tasks]
+
+    def _take_earlier(
+        self, jobs: list[tuple[Prompt, list[int]]], journal: BatchJournal
+    ) -> tuple[list[tuple[Prompt, list[int]]], dict[int, GenerateResult], list[Record | Reject]]:
+        """Split the batch's prompts by what earlier runs left, matched by (id, prompt ids).
+
+        Returns the prompts still to validate (those to send, and those with a journaled
+        result: ``{line: result}``) and the records and rejects copied from superseded batches
+        (with the line they sit on now). Nothing is matched by line number: the input may have
+        changed since. A result found in another batch's journal is copied into this one's, so
+        it outlives that journal.
+        """
+        journaled = journal.load()
+        keys = [prompt_key(p.id, ids) for p, ids in jobs]
+        missing = [k for k in keys if k not in journaled]
+        earlier = self.reuse.take(missing) if missing and len(self.reuse) else {}
+        todo: list[tuple[Prompt, list[int]]] = []
+        by_line: dict[int, GenerateResult] = {}
+        copied: list[Record | Reject] = []
+        for (prompt, ids), key in zip(jobs, keys, strict=True):
+            found = journaled.get(key) or earlier.get(key)
+            if isinstance(found, Record):
+                copied.append(dataclasses.replace(found, source_line=prompt.line))
+                continue
+            if isinstance(found, Reject):
+                copied.append(
+                    dataclasses.replace(
+                        found, source_line=prompt.line, source_file=self.partition.input
+                    )
+                )
+                continue
+            if found is not None:
+                by_line[prompt.line] = found
+                if key not in journaled:
+                    journal.append(key, found)
+            todo.append((prompt, ids))
+        return todo, by_line, copied
 
     def _too_long(self, prompt_len: int) -> str | None:
         if self.context_length is None:

@@ -1,4 +1,6 @@
-"""What a partition run needs before its first request: tokenizer, ids, batches, window."""
+"""What a partition run needs before its first request: tokenizer, ids, batches, window, and an
+output directory that describes the current input (superseded batches moved out, earlier
+results indexed for reuse: see ``write/resume.py``)."""
 
 from __future__ import annotations
 
@@ -6,9 +8,12 @@ import math
 from dataclasses import dataclass
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen.inputs.prompts import BatchSpec, find_duplicate_ids, plan_batches
+from eagle3_datagen.inputs.prompts import BatchSpec
+from eagle3_datagen.inputs.scan import InputInfo, scan_input
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.validate.tokens import TokenIds
+from eagle3_datagen.write.resume import ReusePool, prepare_partition
+from eagle3_datagen.write.shards import PartitionOutput
 
 
 @dataclass(slots=True)
@@ -20,6 +25,9 @@ class PartitionPlan:
     batches: list[BatchSpec]
     duplicates: dict[int, int]  # line -> earlier line with the same id
     window: int  # batches in flight at once
+    input: InputInfo  # path, size, SHA-256 and line count of the input, for the manifest
+    reuse: ReusePool  # earlier results of prompts whose batch was superseded
+    superseded: list[int]  # indexes of committed batches that no longer match the input
 
     @property
     def total_lines(self) -> int:
@@ -36,18 +44,26 @@ def load_tokenizer(config: PipelineConfig) -> ChatTokenizer:
 
 
 def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
-    """Load the tokenizer, resolve the special tokens, plan the batches, find duplicate ids.
+    """Load the tokenizer, resolve the special tokens, plan the batches, find duplicate ids,
+    and bring the partition's output directory in line with the input as it is now.
 
     The input is streamed (batches are byte ranges), so this holds no prompt in memory.
     """
     part = config.partition(partition)
     tier = config.tier(part.tier)
     tokenizer = load_tokenizer(config)
+    scan = scan_input(partition, part.input, config.batch_size)
+    reuse, superseded = prepare_partition(
+        PartitionOutput(config.output_dir, partition), scan.batches, scan.info
+    )
     return PartitionPlan(
         tokenizer=tokenizer,
         ids=TokenIds.resolve(tokenizer, config.special_tokens),
-        batches=list(plan_batches(partition, part.input, config.batch_size)),
-        duplicates=find_duplicate_ids(partition, part.input),
+        batches=scan.batches,
+        duplicates=scan.duplicates,
         # Enough batches in flight to keep the tier's slots full across batch boundaries.
         window=max(2, math.ceil(tier.concurrency / config.batch_size) + 1),
+        input=scan.info,
+        reuse=reuse,
+        superseded=superseded,
     )

@@ -36,6 +36,9 @@ class BatchSpec:
     stop: int
     first_line: int  # 1-based line (JSONL) or row (Parquet) number of the first item
     count: int
+    # What the batch is made of (file, lines, their bytes, which of them repeat an earlier id):
+    # its commit marker counts for a rerun only while this is unchanged (set by ``scan_input``).
+    key: str = ""
 
     @property
     def label(self) -> str:
@@ -122,12 +125,21 @@ def read_batch(spec: BatchSpec) -> list[tuple[int, bytes | dict[str, Any]]]:
     """The batch's items as ``(line_number, raw line bytes)`` or ``(row_number, row dict)``."""
     if is_parquet(spec.path):
         return _read_parquet_rows(spec)
+    return split_lines(spec, read_range(spec))
+
+
+def read_range(spec: BatchSpec) -> bytes:
+    """The raw bytes of a JSONL batch."""
     try:
         with open(spec.path, "rb") as fh:
             fh.seek(spec.start)
-            data = fh.read(spec.stop - spec.start)
+            return fh.read(spec.stop - spec.start)
     except OSError as err:
         raise InputFileError(f"{spec.path}: cannot read input: {err.strerror or err}") from None
+
+
+def split_lines(spec: BatchSpec, data: bytes) -> list[tuple[int, bytes | dict[str, Any]]]:
+    """A JSONL batch's bytes as ``(line_number, raw line bytes)``."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"" and data.endswith(b"\n"):
         lines.pop()
@@ -225,35 +237,53 @@ def parse_prompt(raw: bytes | dict[str, Any], line: int) -> Prompt | InputReject
     return Prompt(rid_str or content_id(messages, tools or None), line, messages, tools or None)
 
 
+class DuplicateFinder:
+    """Lines whose id already appeared on an earlier line, found with ~16 bytes per prompt.
+
+    Only an 8-byte hash and a line number are kept per prompt (a million-prompt partition
+    costs ~16 MB). The first occurrence wins; a 64-bit hash collision between different ids
+    (odds ~1e-8 at a million prompts) would be reported too.
+    """
+
+    def __init__(self) -> None:
+        from array import array
+
+        self._hashes, self._lines = array("Q"), array("Q")
+
+    def add(self, prompt_id: str, line: int) -> None:
+        digest = hashlib.blake2b(prompt_id.encode(), digest_size=8).digest()
+        self._hashes.append(int.from_bytes(digest, "little"))
+        self._lines.append(line)
+
+    def duplicates(self) -> dict[int, int]:
+        """``{line: first_line}`` for every line that repeats an earlier id."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        hashes, lines = self._hashes, self._lines
+        if len(hashes) < 2:
+            return {}
+        order = pc.sort_indices(pa.array(hashes, type=pa.uint64())).to_pylist()
+        dupes: dict[int, int] = {}
+        first = order[0]
+        for prev, cur in itertools.pairwise(order):
+            if hashes[cur] != hashes[prev]:
+                first = cur
+            else:
+                # sort_indices is stable, so within equal hashes lines ascend
+                dupes[lines[cur]] = lines[first]
+        return dupes
+
+
 def find_duplicate_ids(partition: str, path: str | Path, batch_size: int = 4096) -> dict[int, int]:
     """Lines whose id already appeared on an earlier line: ``{line: first_line}``.
 
-    Streams the file once and keeps only an 8-byte hash and a line number per prompt, so a
-    million-prompt partition costs ~16 MB here. The first occurrence wins; a 64-bit hash
-    collision between different ids (odds ~1e-8 at a million prompts) would be reported too.
+    Streams the file once (see :class:`DuplicateFinder` for the memory it takes).
     """
-    from array import array
-
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    hashes, lines = array("Q"), array("Q")
+    finder = DuplicateFinder()
     for spec in plan_batches(partition, path, batch_size):
         for line, raw in read_batch(spec):
             parsed = parse_prompt(raw, line)
             if isinstance(parsed, Prompt):
-                digest = hashlib.blake2b(parsed.id.encode(), digest_size=8).digest()
-                hashes.append(int.from_bytes(digest, "little"))
-                lines.append(line)
-    if len(hashes) < 2:
-        return {}
-    order = pc.sort_indices(pa.array(hashes, type=pa.uint64())).to_pylist()
-    dupes: dict[int, int] = {}
-    first = order[0]
-    for prev, cur in itertools.pairwise(order):
-        if hashes[cur] != hashes[prev]:
-            first = cur
-        else:
-            # sort_indices is stable, so within equal hashes lines ascend
-            dupes[lines[cur]] = lines[first]
-    return dupes
+                finder.add(parsed.id, line)
+    return finder.duplicates()

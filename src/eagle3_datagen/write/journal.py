@@ -6,12 +6,18 @@ be sent again. With it, a rerun re-sends only the requests that were in flight a
 
 Each line is one JSON object written and flushed on its own: a SIGKILL leaves at most one torn
 last line, which is ignored. The journal is deleted once its batch is committed.
+
+Entries are keyed by what the request was (:func:`prompt_key`: the prompt's id and its prompt
+ids), not by where it sat in the input, so an entry is reused only for the very same prompt even
+if the input file changed between the kill and the rerun.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+from array import array
 from pathlib import Path
 from typing import IO
 
@@ -24,15 +30,28 @@ from eagle3_datagen.sglang.client import GenerateResult
 _FIELDS = tuple(f.name for f in dataclasses.fields(GenerateResult))
 
 
+def prompt_key(prompt_id: str, prompt_ids: list[int]) -> int:
+    """A 128-bit key of (id, prompt ids): what makes a request the same request.
+
+    The chat template, tokenizer and sampling are the same for every record of an output
+    directory (a rerun under other settings is refused), so these two decide the result.
+    """
+    h = hashlib.blake2b(prompt_id.encode(), digest_size=16)
+    h.update(b"\0")
+    h.update(array("i", prompt_ids).tobytes())
+    return int.from_bytes(h.digest(), "little")
+
+
 class BatchJournal:
-    """Finished results of one uncommitted batch, keyed by input line number."""
+    """Finished results of one uncommitted batch, keyed by :func:`prompt_key`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fh: IO[bytes] | None = None
 
     def load(self) -> dict[int, GenerateResult]:
-        """Results recorded by earlier attempts; a torn trailing line is dropped."""
+        """Results recorded by earlier attempts; a torn trailing line is dropped, and so are
+        entries of an older layout (keyed by line number, which says nothing of the prompt)."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -43,20 +62,21 @@ class BatchJournal:
                 continue
             try:
                 entry = orjson.loads(raw)
-                line = int(entry.pop("line"))
-                done[line] = GenerateResult(**entry)
+                key = int(entry.pop("key"), 16)
+                entry.pop("line", None)
+                done[key] = GenerateResult(**entry)
             except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
                 continue  # the line being written when the process died
         return done
 
-    def append(self, line: int, result: GenerateResult) -> None:
+    def append(self, key: int, result: GenerateResult) -> None:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "ab")  # noqa: SIM115 - closed in close()
             if self._fh.tell() and not self._ends_with_newline():
                 self._fh.write(b"\n")  # fence off a torn line left by a kill
         entry = {name: getattr(result, name) for name in _FIELDS}
-        entry["line"] = line
+        entry["key"] = f"{key:032x}"
         self._fh.write(orjson.dumps(entry) + b"\n")
         self._fh.flush()  # in the kernel now: survives a kill of this process
 

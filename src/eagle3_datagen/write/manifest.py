@@ -65,8 +65,15 @@ def summarize(partition: str, batches: list[BatchSummary]) -> dict[str, Any]:
 
 
 def summarize_on_disk(root: str | Path, partition: str) -> dict[str, Any]:
-    """:func:`summarize` over the batches of ``partition`` committed under ``root``."""
-    return summarize(partition, PartitionOutput(root, partition).batch_summaries())
+    """:func:`summarize` over the batches of ``partition`` committed under ``root``, with the
+    input they were made from (path, size, SHA-256, lines) when the run recorded it."""
+    output = PartitionOutput(root, partition)
+    summary = summarize(partition, output.batch_summaries())
+    try:
+        summary["input"] = orjson.loads(output.input_path.read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        pass
+    return summary
 
 
 def write_manifest(root: str | Path, manifest: dict[str, Any]) -> Path:

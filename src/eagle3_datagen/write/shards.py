@@ -7,6 +7,9 @@ Layout of a run's output directory (``manifest.json`` is :mod:`.manifest`'s)::
     <output>/<partition>/rejects/part-00003.parquet
     <output>/<partition>/_batches/00003.json      commit marker: batch 3 is complete
     <output>/<partition>/_journal/00004.jsonl     finished requests of uncommitted batch 4
+    <output>/<partition>/_input.json              the input file's path, size, SHA-256, lines
+    <output>/<partition>/_superseded/             batches of an earlier input, out of the
+                                                  dataset until the partition completes
 
 Every file is written to a temporary name and renamed, and a batch's marker is written last, so
 a reader (or a rerun) never sees half a batch: a batch without a marker did not happen.
@@ -63,6 +66,9 @@ class BatchSummary:
     thinking_lengths: list[int] = field(default_factory=list)
     requests_sent: int = 0
     wall_s: float = 0.0
+    # The batch's input key (BatchSpec.key) when it was committed: the marker counts for a
+    # rerun only while the input gives the same key ("" in markers of older versions).
+    input_key: str = ""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BatchSummary:
@@ -79,6 +85,8 @@ class PartitionOutput:
         self.rejects_dir = self.dir / "rejects"
         self.markers_dir = self.dir / "_batches"
         self.journal_dir = self.dir / "_journal"
+        self.superseded_dir = self.dir / "_superseded"
+        self.input_path = self.dir / "_input.json"
 
     def ensure_dirs(self) -> None:
         for d in (self.dir, self.rejects_dir, self.markers_dir):
@@ -96,13 +104,14 @@ class PartitionOutput:
     def marker_path(self, index: int) -> Path:
         return self.markers_dir / f"{index:05d}.json"
 
-    def committed(self, index: int) -> BatchSummary | None:
-        """The batch's summary if it was fully written before, else None."""
+    def committed(self, index: int, key: str = "") -> BatchSummary | None:
+        """The batch's summary if it was fully written before from the same input, else None."""
         path = self.marker_path(index)
         try:
-            return BatchSummary.from_json(orjson.loads(path.read_bytes()))
+            marker = BatchSummary.from_json(orjson.loads(path.read_bytes()))
         except FileNotFoundError:
             return None
+        return marker if marker.input_key == key else None
 
     def write_batch(
         self,
