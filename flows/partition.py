@@ -140,6 +140,11 @@ async def generate_partition(
             retries=config.retries.batch_retries,
             retry_delay_seconds=config.retries.batch_retry_delay_s,
         )
+
+        async def _batch(spec: Any) -> Any:
+            runner.raise_if_server_lost()  # no task run for a batch that cannot succeed
+            return await batch_task(runner, spec)
+
         artifact_id = await acreate_progress_artifact(
             0.0, key=artifact_key("progress", partition), description=f"{partition}: starting"
         )
@@ -147,9 +152,7 @@ async def generate_partition(
             _report_progress(partition, progress, artifact_id, PROGRESS_EVERY_S)
         )
         try:
-            results = await run_windowed(
-                iter(plan.batches), lambda spec: batch_task(runner, spec), plan.window
-            )
+            results = await run_windowed(iter(plan.batches), _batch, plan.window)
         finally:
             run.meter.finish(partition)
             reporter.cancel()

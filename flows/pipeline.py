@@ -35,7 +35,7 @@ from prefect.settings import PREFECT_UI_URL
 from prefect.states import State
 
 from eagle3_datagen.config import PipelineConfig, ThroughputAlarm
-from eagle3_datagen.errors import RunFailed
+from eagle3_datagen.errors import RunFailed, ServerLost
 from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.precheck import check_before_server
 from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
@@ -233,6 +233,7 @@ async def datagen(
     states: dict[str, str] = {}
     completed: set[str] = set()
     errors: dict[str, str] = {}
+    lost: str | None = None  # the ServerLost message when the server went for good
     failed_links: dict[str, tuple[int, str]] = {}
     progress_id: UUID | None = None
     try:
@@ -287,6 +288,8 @@ async def datagen(
                     watcher.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await watcher
+            # A server lost for good stopped every partition: that is the run's one reason.
+            lost = srv.supervisor.failed if srv.supervisor is not None else None
 
         by_name = dict(zip(names, final, strict=True))
         for name, state in by_name.items():
@@ -323,6 +326,8 @@ async def datagen(
                 await _update_progress(meter, progress_id, states)
         except Exception as err:
             logger.warning(f"run summary artifact not written: {err}")
+    if lost is not None:
+        raise ServerLost(lost)
     if errors:
         raise RunFailed(run_failure_message(errors, len(names)))
     return manifest

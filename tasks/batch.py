@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
+from typing import Any
 
-from eagle3_datagen.errors import BatchTaskFailed
+from prefect import Task, task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import TaskRun
+from prefect.states import State
+
+from eagle3_datagen.errors import BatchTaskFailed, retry_can_fix
 from eagle3_datagen.generate.batch import PartitionRunner
 from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.report.ui import batch_failure_message
 from eagle3_datagen.write.shards import BatchSummary
+
+
+def retry_if_it_can_help(task: Task[Any, Any], task_run: TaskRun, state: State[Any]) -> bool:
+    """Prefect's retry_condition_fn: retry a batch only for requests that ran out of tries; a
+    server lost for good, a full disk or a bad input fails at once (``retry_can_fix``)."""
+    err = state.data
+    return isinstance(err, BaseException) and retry_can_fix(err)
 
 
 @task(
@@ -17,6 +28,7 @@ from eagle3_datagen.write.shards import BatchSummary
     task_run_name="generate[{spec.partition}/{spec.index:04d}]",
     retries=2,  # the partition flow sets these from config.retries (with_options)
     retry_delay_seconds=[10, 60],
+    retry_condition_fn=retry_if_it_can_help,
     cache_policy=NO_CACHE,  # results live in Parquet; the batch marker is the cache
     persist_result=False,
 )

@@ -7,9 +7,11 @@ Our exception hierarchy::
     ├── TokenizerError         tokenizer cannot be loaded, or a special token is not one token
     ├── InputFileError         a partition's prompts file is missing or unreadable
     ├── OutputConflictError    the output directory holds data made under another fingerprint
+    ├── OutputWriteError       the output cannot be written (disk full, quota): path and cause
     ├── DatasetError           a finished dataset cannot be read back (validate, export)
     ├── ServerError            the server is unusable: the run cannot go on
     │   ├── ServerStartupError     died or never became healthy
+    │   ├── ServerLost             gone for good mid-run: attached, or after max_relaunches
     │   └── PreflightError         up, but configured against our needs (e.g. reasoning parser)
     ├── RequestError           one /generate request failed
     │   ├── RetryableRequestError  transport error, timeout, 429, 5xx: try again
@@ -21,6 +23,10 @@ Our exception hierarchy::
         ├── PartitionFailed        some batches of a partition failed after their retries
         ├── RunFailed              some partitions of a run failed
         └── FanOutFailed           some partition jobs of a fan-out did not complete
+
+Prefect retries a batch only when :func:`retry_can_fix` says so: requests that used up their
+tries against a flaky server may succeed later; a server lost for good, a full disk or a bad
+input file will not, so those fail the run at once.
 
 Per-line input problems and chat-template failures are not exceptions: they become reject
 records (see ``write/records.py``; the renderer returns a ``RenderError`` value per prompt).
@@ -49,6 +55,11 @@ class OutputConflictError(DatagenError):
     """The output directory already holds data that must not be mixed with this run's."""
 
 
+class OutputWriteError(DatagenError):
+    """A file of the output could not be written (no space left, quota, permissions); the
+    message names the file and the cause. Nothing half written is left visible."""
+
+
 class DatasetError(DatagenError):
     """A finished dataset cannot be read back or exported; the message names the file."""
 
@@ -59,6 +70,12 @@ class ServerError(DatagenError):
 
 class ServerStartupError(ServerError):
     """The launched server died or missed its health deadline."""
+
+
+class ServerLost(ServerError):
+    """The server stopped answering and will not come back: an attached server missed the
+    health deadline, or a launched one was lost again after ``max_relaunches``. The message
+    names the server, when it last answered, and the last error."""
 
 
 class PreflightError(ServerError):
@@ -111,3 +128,34 @@ class RunFailed(RunError):
 
 class FanOutFailed(RunError):
     """Some partition jobs did not complete; the message names them."""
+
+
+# What a later try can fix: a request that used up its tries on a flaky or overloaded server.
+_RETRYABLE: tuple[type[BaseException], ...] = (RetriesExhaustedError, RetryableRequestError)
+# What no retry can fix, wherever it sits in the chain of causes.
+_FINAL: tuple[type[BaseException], ...] = (
+    ServerLost,
+    OutputWriteError,
+    OutputConflictError,
+    InputFileError,
+    ConfigError,
+    TokenizerError,
+)
+
+
+def retry_can_fix(err: BaseException) -> bool:
+    """Whether retrying the batch that raised ``err`` can succeed, from its chain of causes.
+
+    Only request failures are worth another try; anything else (a lost server, a full disk, a
+    bug) would fail again after the retry delay, only later.
+    """
+    seen: set[int] = set()
+    chain: list[BaseException] = []
+    cur: BaseException | None = err
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        chain.append(cur)
+        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
+    if any(isinstance(e, _FINAL) for e in chain):
+        return False
+    return any(isinstance(e, _RETRYABLE) for e in chain)

@@ -15,9 +15,11 @@ from collections import Counter
 from eagle3_datagen.config import PipelineConfig, Tier
 from eagle3_datagen.errors import (
     BatchFailed,
+    DatagenError,
     RejectedRequestError,
     RetriesExhaustedError,
     ServerError,
+    ServerLost,
 )
 from eagle3_datagen.generate.progress import Progress
 from eagle3_datagen.generate.requests import GenerateClient, generate_with_retries
@@ -74,6 +76,7 @@ class PartitionRunner:
 
     async def run_batch(self, spec: BatchSpec) -> BatchSummary:
         """Process one batch end to end, or return its summary if it was committed before."""
+        self.raise_if_server_lost()
         self.progress.attempt(spec.index)
         done = self.output.committed(spec.index, spec.key)
         if done is not None:
@@ -229,9 +232,17 @@ class PartitionRunner:
             failed = [e for e in group.exceptions if isinstance(e, BatchFailed)]
             if failed:
                 more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-                raise BatchFailed(f"{failed[0]}{more}") from None
+                raise BatchFailed(f"{failed[0]}{more}") from failed[0]
+            ours = [e for e in group.exceptions if isinstance(e, DatagenError)]
+            if ours:  # e.g. the journal could not be written: a full disk
+                raise ours[0] from None
             raise
         return [t.result() for t in tasks]
+
+    def raise_if_server_lost(self) -> None:
+        """A batch must not start once the server is gone for good (no request could succeed)."""
+        if self.supervisor is not None and self.supervisor.failed:
+            raise ServerLost(self.supervisor.failed)
 
     def _take_earlier(
         self, jobs: list[tuple[Prompt, list[int]]], journal: BatchJournal
@@ -303,9 +314,8 @@ class PartitionRunner:
             self.progress.line_done(index)
             return None, str(err)
         except (ServerError, RetriesExhaustedError) as err:
-            raise BatchFailed(
-                f"partition {self.partition.name}, line {prompt.line}: {err}"
-            ) from None
+            where = f"partition {self.partition.name}, line {prompt.line}"
+            raise BatchFailed(f"{where}: {err}") from err
         self.progress.line_done(index, len(result.output_ids))
         return result, None
 

@@ -79,7 +79,7 @@ async def generate_with_retries(
                 on_retry()
             last_error = str(err)
             if err.status is None and supervisor is not None:
-                supervisor.on_connection_error()
+                supervisor.on_connection_error(str(err))
             continue
         if supervisor is not None:
             supervisor.on_success()

@@ -117,6 +117,7 @@ async def open_server(
         failure_threshold=server.lost_after_failures,
         max_relaunches=server.max_relaunches,
         check_deadline_s=server.recovery_check_s,
+        name=url,
     )
     budget = ServerBudget(server.max_requests_in_flight, server.max_tokens_in_flight)
     try:

@@ -5,15 +5,21 @@ Without this, every request in flight burns its retries against a dead port and 
 With it, after ``failure_threshold`` consecutive connection failures all requests pause, the
 health gate runs again, and in launch mode the server is relaunched (at most
 ``max_relaunches`` times); then the requests carry on where they stopped.
+
+When it does not come back (attach mode: the gate's deadline passed; launch mode: lost again
+after ``max_relaunches``), the server is lost for good: every request waiting or to come raises
+one :class:`ServerLost` naming the server, when it last answered and the last error, so every
+partition stops at once instead of retrying batches against a server that is not there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 from collections.abc import Awaitable, Callable
 
-from eagle3_datagen.errors import ServerError
+from eagle3_datagen.errors import ServerError, ServerLost
 from eagle3_datagen.sglang.health import LogSink
 
 
@@ -29,6 +35,7 @@ class ServerSupervisor:
         failure_threshold: int = 5,
         max_relaunches: int = 2,
         check_deadline_s: float = 60.0,
+        name: str = "the server",
     ) -> None:
         self._check = check  # the health gate with a deadline; raises when not healthy
         self._relaunch = relaunch  # None in attach mode: we never restart a server we don't own
@@ -38,7 +45,10 @@ class ServerSupervisor:
         self.check_deadline_s = check_deadline_s
         self.relaunches = 0
         self.recoveries = 0
-        self.failed: str | None = None
+        self.name = name
+        self.failed: str | None = None  # the ServerLost message, once lost for good
+        self.last_seen = time.time()  # wall clock of the last answer (or of the start)
+        self.last_error = ""
         self._consecutive = 0
         self._available = asyncio.Event()
         self._available.set()
@@ -49,13 +59,20 @@ class ServerSupervisor:
         if not self._available.is_set():
             await self._available.wait()
         if self.failed:
-            raise ServerError(self.failed)
+            raise ServerLost(self.failed)
+
+    @property
+    def lost(self) -> bool:
+        return self.failed is not None
 
     def on_success(self) -> None:
         self._consecutive = 0
+        self.last_seen = time.time()
 
-    def on_connection_error(self) -> None:
+    def on_connection_error(self, error: str = "") -> None:
         """Count a refused/reset/timed-out request; start a recovery at the threshold."""
+        if error:
+            self.last_error = error
         self._consecutive += 1
         if self._consecutive >= self.failure_threshold and self._available.is_set():
             self._available.clear()
@@ -73,10 +90,14 @@ class ServerSupervisor:
                 await self._check(self.check_deadline_s)
             except ServerError as err:
                 if self._relaunch is None:
-                    raise ServerError(f"server did not come back: {err}") from None
+                    raise ServerError(
+                        f"not back within the health deadline of {self.check_deadline_s:g} s "
+                        f"(attached: the run never restarts it): {err}"
+                    ) from None
                 if self.relaunches >= self.max_relaunches:
                     raise ServerError(
-                        f"server lost again after {self.relaunches} relaunches: {err}"
+                        f"lost again after {self.relaunches} relaunches "
+                        f"(server.max_relaunches): {err}"
                     ) from None
                 self.relaunches += 1
                 self._log.warning(
@@ -84,12 +105,22 @@ class ServerSupervisor:
                 )
                 await self._relaunch()
             self._consecutive = 0
+            self.last_seen = time.time()
             self._log.info(f"server back after {time.monotonic() - started:.1f} s; resuming")
         except Exception as err:  # whatever it was, requests must stop waiting
-            self.failed = str(err)
-            self._log.warning(f"giving up on the server: {err}")
+            self.failed = self._lost_message(str(err))
+            self._log.error(self.failed)
         finally:
             self._available.set()
+
+    def _lost_message(self, why: str) -> str:
+        seen = dt.datetime.fromtimestamp(self.last_seen, dt.UTC).isoformat(timespec="seconds")
+        ago = time.time() - self.last_seen
+        last = self.last_error or "none recorded"
+        return (
+            f"server {self.name} lost for good: last answered at {seen} ({ago:.0f} s ago); "
+            f"last request error: {last}; {why}"
+        )
 
     async def aclose(self) -> None:
         if self._recovery is not None and not self._recovery.done():

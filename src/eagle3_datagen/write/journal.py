@@ -24,6 +24,7 @@ from typing import IO
 import orjson
 
 from eagle3_datagen.sglang.client import GenerateResult
+from eagle3_datagen.write.shards import write_failed
 
 # asdict() deep-copies every output id (~1.8 ms per 200-token record, measured); the fields are
 # flat, so a shallow dict serializes the same JSON.
@@ -70,6 +71,14 @@ class BatchJournal:
         return done
 
     def append(self, key: int, result: GenerateResult) -> None:
+        """Add one finished result; a failed write (a full disk) raises OutputWriteError (a
+        torn line it may leave is skipped by :meth:`load`)."""
+        try:
+            self._append(key, result)
+        except OSError as err:
+            raise write_failed(self.path, err) from err
+
+    def _append(self, key: int, result: GenerateResult) -> None:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "ab")  # noqa: SIM115 - closed in close()

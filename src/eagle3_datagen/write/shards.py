@@ -26,26 +26,50 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from eagle3_datagen.errors import OutputWriteError
 from eagle3_datagen.write.records import Record, Reject, records_table, rejects_table
 
 
+def write_failed(path: Path, err: BaseException) -> OutputWriteError:
+    """The error of a write that failed: the file, and the cause (e.g. no space left)."""
+    cause = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    return OutputWriteError(f"{path}: cannot write: {cause}")
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all: a temporary name, fsync, rename. A failure (a full
+    disk) removes the temporary file and raises :class:`OutputWriteError`."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise write_failed(path, err) from err
 
 
 def atomic_write_parquet(path: Path, table: pa.Table, metadata: dict[str, str] | None) -> None:
+    """Write a Parquet file whole or not at all (as :func:`atomic_write_bytes`); the shard is
+    fsynced before the rename, so the commit marker written after it never outlives it."""
     if metadata:
         merged = dict(table.schema.metadata or {})
         merged.update({k.encode(): v.encode() for k, v in metadata.items()})
         table = table.replace_schema_metadata(merged)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as err:  # pyarrow's IO errors are OSErrors too
+        tmp.unlink(missing_ok=True)
+        raise write_failed(path, err) from err
 
 
 @dataclass(slots=True)
@@ -121,7 +145,10 @@ class PartitionOutput:
         metadata: dict[str, str] | None = None,
     ) -> None:
         """Write the shard, then the rejects, then the marker that commits them."""
-        self.ensure_dirs()
+        try:
+            self.ensure_dirs()
+        except OSError as err:
+            raise write_failed(self.dir, err) from err
         atomic_write_parquet(self.shard_path(summary.index), records_table(records), metadata)
         if rejects:
             atomic_write_parquet(self.rejects_path(summary.index), rejects_table(rejects), metadata)

@@ -1,0 +1,95 @@
+"""A full disk mid-run: no half-written shard is visible, the run fails naming the file and the
+cause, and a rerun once space is freed completes the dataset exactly.
+
+The output directory is a real 4 MiB tmpfs filled up by the test (needs root and
+``mount -t tmpfs``; skipped otherwise), so the ENOSPC comes from the kernel, not from a mock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from eagle3_datagen.cli import run_pipeline
+from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.validate.dataset import validate_dataset
+from tests.support import TOKENIZER_DIR
+from tests.support.pipeline import base_config, records
+from tests.support.prompts import expected_prompt_ids, prompt_ids, write_prompts
+
+pytestmark = pytest.mark.usefixtures("prefect_backend")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill(disk: Path, leave: int) -> Path:
+    """Take all but ``leave`` bytes of the disk with one file."""
+    filler = disk / "filler"
+    st = os.statvfs(disk)
+    size = st.f_bavail * st.f_frsize - leave
+    with filler.open("wb") as fh:
+        fh.write(b"\0" * size)
+    return filler
+
+
+def test_a_full_disk_fails_cleanly_and_a_rerun_completes_the_dataset(
+    tmp_path: Path, small_disk: Path, emulator_factory: Any
+) -> None:
+    from transformers import AutoTokenizer
+
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 400, words=20)
+    emu = emulator_factory().wait_ready()
+    data = base_config(tmp_path, prompts)
+    data["server"] = {"mode": "attach", "url": emu.url}
+    data["batch_size"] = 16
+    data["output_dir"] = str(small_disk / "out")
+    config = PipelineConfig.model_validate(data)
+    out = Path(config.output_dir)
+    filler = _fill(small_disk, leave=96 * 1024)
+
+    ok, reason = run_pipeline(config)
+    assert not ok
+    assert "No space left on device" in str(reason), reason
+    assert f"{out}/" in str(reason), reason  # names the file it could not write
+    # Nothing half written is visible: no temporary files, no shard without its marker.
+    part = out / "chaos"
+    assert not list(part.rglob(".*.tmp-*"))
+    shards = {p.stem.removeprefix("part-") for p in part.glob("part-*.parquet")}
+    markers = {p.stem for p in (part / "_batches").glob("*.json")}
+    assert shards <= markers, "a shard without its commit marker is visible"
+    for p in part.glob("part-*.parquet"):
+        pq.read_table(p)  # every visible shard is whole
+    assert 0 < len(markers) < 25
+
+    filler.unlink()
+    ok, result = run_pipeline(config)
+    assert ok, result
+    got = records(out, "chaos")
+    assert sorted(got) == prompt_ids(400)
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
+    for line in prompts.read_text().splitlines():
+        row = json.loads(line)
+        assert got[row["id"]]["prompt_ids"] == expected_prompt_ids(tok, row)
+    report = validate_dataset(out)
+    assert report.ok, report.lines()
