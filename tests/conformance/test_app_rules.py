@@ -29,9 +29,15 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealAppProcess]:
     work = tmp_path_factory.mktemp("real-app")
     proc = RealAppProcess(
         work,
-        "--context-length", "4096", "--api-key", KEY,
-        "--max-running-requests", "2", "--max-queued-requests", "1",
-    )  # fmt: skip
+        "--context-length",
+        "4096",
+        "--api-key",
+        KEY,
+        "--max-running-requests",
+        "2",
+        "--max-queued-requests",
+        "1",
+    )
     try:
         yield proc.wait_ready()
     finally:
@@ -43,8 +49,18 @@ def post(app: RealAppProcess, body: Any, **kw: Any) -> httpx.Response:
 
 
 def test_stop_token_kept_and_counted(app: RealAppProcess) -> None:
-    r = post(app, {"input_ids": [1, 2, 3], "rid": "ok-1",
-                   "sampling_params": {"max_new_tokens": 4000, "stop_token_ids": [STOP], "ignore_eos": False}})  # fmt: skip
+    r = post(
+        app,
+        {
+            "input_ids": [1, 2, 3],
+            "rid": "ok-1",
+            "sampling_params": {
+                "max_new_tokens": 4000,
+                "stop_token_ids": [STOP],
+                "ignore_eos": False,
+            },
+        },
+    )
     assert r.status_code == 200
     body = r.json()
     meta = body["meta_info"]
@@ -113,8 +129,18 @@ def test_out_of_vocabulary_input_ids_are_accepted(app: RealAppProcess) -> None:
 
 
 def test_nan_substitution_is_a_string_matched_stop(app: RealAppProcess) -> None:
-    r = post(app, {"input_ids": [1, 2], "rid": "x-conformance:nan",
-                   "sampling_params": {"max_new_tokens": 50, "stop_token_ids": [STOP], "ignore_eos": False}})  # fmt: skip
+    r = post(
+        app,
+        {
+            "input_ids": [1, 2],
+            "rid": "x-conformance:nan",
+            "sampling_params": {
+                "max_new_tokens": 50,
+                "stop_token_ids": [STOP],
+                "ignore_eos": False,
+            },
+        },
+    )
     body = r.json()
     assert body["meta_info"]["finish_reason"] == {"type": "stop", "matched": "NaN happened"}
     assert body["output_ids"][-1] == STOP  # the substituted id looks like a real end of turn
@@ -128,8 +154,11 @@ def _send_in_thread(app: RealAppProcess, body: Any) -> tuple[threading.Thread, l
 
 
 def test_duplicate_rid_in_flight_then_abort(app: RealAppProcess) -> None:
-    body = {"input_ids": [1, 2], "rid": "dup-conformance:hold",
-            "sampling_params": {"max_new_tokens": 5}}  # fmt: skip
+    body = {
+        "input_ids": [1, 2],
+        "rid": "dup-conformance:hold",
+        "sampling_params": {"max_new_tokens": 5},
+    }
     t, first = _send_in_thread(app, body)
     time.sleep(1.0)
     second = post(app, body)
@@ -147,8 +176,14 @@ def test_duplicate_rid_in_flight_then_abort(app: RealAppProcess) -> None:
 
 def test_queue_full_503(app: RealAppProcess) -> None:
     holds = [
-        _send_in_thread(app, {"input_ids": [1], "rid": f"q{i}-conformance:hold",
-                              "sampling_params": {"max_new_tokens": 2}})  # fmt: skip
+        _send_in_thread(
+            app,
+            {
+                "input_ids": [1],
+                "rid": f"q{i}-conformance:hold",
+                "sampling_params": {"max_new_tokens": 2},
+            },
+        )
         for i in range(3)  # 2 running + 1 waiting
     ]
     time.sleep(1.5)
@@ -193,8 +228,16 @@ def test_random_seed_resolved_per_launch(real_app: Any) -> None:
 
 def _parse(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "conformance.server", "--model-path",
-         str(model_dir(tmp_path)), *flags, "--fake-load-s", "600"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "conformance.server",
+            "--model-path",
+            str(model_dir(tmp_path)),
+            *flags,
+            "--fake-load-s",
+            "600",
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
