@@ -146,8 +146,8 @@ class FakeScheduler:
         # The model's EOS set: config.json eos_token_id U generation_config.json eos_token_id
         # (configs/model_config.py `_get_hf_eos_token_id`); the emulator's Vocab reads both.
         self.eos_token_ids = set(self.vocab.eos_ids)
+        # In flight beyond --max-running-requests count as the waiting queue.
         self.running: dict[str, _Running] = {}
-        self.waiting = 0
         self._log_lock = threading.Lock()
 
     def scheduler_info(self) -> dict[str, Any]:
@@ -204,13 +204,9 @@ class FakeScheduler:
             # status 503 "The request queue is full." (TokenizerManager turns it into HTTP 503).
             max_queued = get_schedule().max_queued_requests
             running_limit = get_schedule().max_running_requests
-            busy = len(self.running) - 1
-            if (
-                max_queued is not None
-                and running_limit is not None
-                and busy >= running_limit
-                and self.waiting + 1 > max_queued
-            ):
+            others = len(self.running) - 1
+            waiting = max(0, others - running_limit) if running_limit is not None else 0
+            if max_queued is not None and waiting + 1 > max_queued:
                 finish = {
                     "type": "abort",
                     "status_code": 503,

@@ -62,7 +62,7 @@ def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
         batches=scan.batches,
         duplicates=scan.duplicates,
         # Enough batches in flight to keep the tier's slots full across batch boundaries.
-        window=max(2, math.ceil(tier.concurrency / config.batch_size) + 1),
+        window=max(2, math.ceil(tier.in_flight_cap / config.batch_size) + 1),
         input=scan.info,
         reuse=reuse,
         superseded=superseded,

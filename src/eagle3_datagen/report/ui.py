@@ -247,7 +247,7 @@ def stopped_reason(err: BaseException) -> str:
 
 
 def partition_plan_line(
-    partition: str, lines: int, batches: int, tier: str, concurrency: int, max_tokens: int
+    partition: str, lines: int, batches: int, tier: str, concurrency: int | str, max_tokens: int
 ) -> str:
     """The partition's first log line: how much work, and under which tier."""
     return (
