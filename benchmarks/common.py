@@ -87,7 +87,7 @@ async def partition_runner(
     plan = plan_partition(config, partition)
     async with connect(
         url, api_key=None, timeout_s=config.server.request_timeout_s,
-        max_connections=tier.concurrency + 8,
+        max_connections=tier.in_flight_cap + 8,
     ) as client:  # fmt: skip
         runner = PartitionRunner(
             config=config,

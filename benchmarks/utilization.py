@@ -116,7 +116,7 @@ async def _sequential(config: Any, url: str) -> dict[str, Any]:
     for part in config.partitions:  # rendered before the clock: the strongest baseline
         tier = config.tier(part.tier)
         plans.append((render_partition(config, part.name), sampling_for(config, tier.name),
-                      tier.concurrency))  # fmt: skip
+                      tier.in_flight_cap))  # fmt: skip
     connector = aiohttp.TCPConnector(limit=max(c for *_, c in plans) + 8)
     async with aiohttp.ClientSession(connector=connector) as session:
         _stats(url, "/emulator/reset_stats", "POST")

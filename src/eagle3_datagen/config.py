@@ -30,6 +30,7 @@ DEFAULT_MEM_FRACTION = 0.88
 DEFAULT_HICACHE_SIZE_GB = 48
 DEFAULT_CONTINUOUS_DECODE_STEPS = 4
 DEFAULT_PORT = 8000
+AUTO_PARTITION_CAP = 1024  # a tier with concurrency "auto" never has more in flight
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -207,6 +208,24 @@ class Sampling(_Model):
         return params
 
 
+class AutoConcurrency(_Model):
+    """The controller behind ``concurrency: auto``: limits and pace, shared by all its tiers."""
+
+    initial: int = Field(
+        default=64, ge=1, title="Initial", description="Requests in flight (server-wide) at start."
+    )
+    minimum: int = Field(default=4, ge=1, title="Minimum", description="Never fewer in flight.")
+    maximum: int = Field(
+        default=2048, ge=1, title="Maximum", description="Never more in flight (server-wide)."
+    )
+    interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        title="Interval (s)",
+        description="How often the server's load is read and the limit adjusted.",
+    )
+
+
 class ServerSpec(_Model):
     """The SGLang server: launched by the run (and stopped with it) or attached to by URL."""
 
@@ -253,6 +272,17 @@ class ServerSpec(_Model):
     )
     num_continuous_decode_steps: int = Field(
         title="Continuous decode steps", default=DEFAULT_CONTINUOUS_DECODE_STEPS, ge=1
+    )
+    enable_metrics: bool = Field(
+        title="Prometheus metrics",
+        default=False,
+        description="Launch with --enable-metrics (SGLang's /metrics). A run whose tiers use "
+        "concurrency 'auto' turns it on, since the controller reads the server's load there.",
+    )
+    auto_concurrency: AutoConcurrency = Field(
+        title="Auto concurrency",
+        default_factory=lambda: AutoConcurrency(),
+        description="How tiers with concurrency 'auto' are steered (server-wide).",
     )
     random_seed: int = Field(
         title="Random seed",
@@ -370,12 +400,25 @@ class Tier(_Model):
     name: str = Field(
         title="Tier name", description="Tier name referenced by partitions, e.g. SHORT or LONG."
     )
-    concurrency: int = Field(
-        title="Concurrency", ge=1, le=4096, description="Requests in flight for a partition."
+    concurrency: Annotated[int, Field(ge=1, le=4096)] | Literal["auto"] = Field(
+        title="Concurrency",
+        description="Requests in flight for a partition, or 'auto': the run steers the number "
+        "in flight from the server's own load (SGLang's /metrics), shared fairly by the "
+        "partitions on the server (server.auto_concurrency).",
     )
     max_tokens: int = Field(
         title="Max new tokens", ge=1, description="max_new_tokens for every request of the tier."
     )
+
+    @property
+    def is_auto(self) -> bool:
+        return self.concurrency == "auto"
+
+    @property
+    def in_flight_cap(self) -> int:
+        """The partition's own bound on requests in flight: its concurrency, or for 'auto' a
+        ceiling the server-wide controller (generate/concurrency.py) stays below."""
+        return AUTO_PARTITION_CAP if self.concurrency == "auto" else self.concurrency
 
 
 class Partition(_Model):

@@ -81,6 +81,11 @@ _EMU_FLAGS: list[tuple[str, Any, Any, str]] = [
      "(0: --max-running-requests, else unlimited)"),
     ("--emu-prefill-tokens-per-s", float, 0.0, "prefill speed per request (0: instant)"),
     ("--emu-decode-ms-per-token", float, 0.0, "decode time per output token (0: instant)"),
+    ("--emu-physics", str, None, "server physics profile: seed-node, kv-poor or reasoning "
+     "(SGLang's scheduler: batch-dependent step time, KV pool, new-token-ratio admission, "
+     "retraction; see sglang_emulator/physics.py); replaces the latency flags above"),
+    ("--emu-time-scale", float, 1.0, "with --emu-physics: real seconds per simulated second "
+     "(0.01 runs the server 100x faster than life)"),
     ("--emu-fault-seed", int, 0, "seed of the fault stream"),
     ("--emu-fault-400-rate", float, 0.0, "chance of a 400 per /generate request"),
     ("--emu-fault-500-rate", float, 0.0, "chance of a 500 'Internal Server Error'"),
@@ -165,6 +170,8 @@ class EmulatorArgs:
     emu_running_slots: int
     emu_prefill_tokens_per_s: float
     emu_decode_ms_per_token: float
+    emu_physics: str | None
+    emu_time_scale: float
     emu_fault_seed: int
     emu_fault_400_rate: float
     emu_fault_500_rate: float
@@ -218,6 +225,19 @@ def parse_args(argv: list[str] | None = None) -> EmulatorArgs:
     rates = [getattr(ns, f[2:].replace("-", "_")) for f in FAULT_RATE_FLAGS]
     if any(r < 0 for r in rates) or sum(rates) > 1.0 + 1e-9:
         parser.error("--emu-fault-*-rate values must be >= 0 and sum to at most 1")
+    if ns.emu_physics is not None:
+        from sglang_emulator.physics import PROFILES
+
+        if ns.emu_physics not in PROFILES:
+            parser.error(f"--emu-physics: choose from {', '.join(PROFILES)}")
+        if ns.emu_time_scale <= 0:
+            parser.error("--emu-time-scale must be > 0")
+        profile = PROFILES[ns.emu_physics]
+        given = {a.partition("=")[0] for a in argv}
+        if "--emu-mean-output-tokens" not in given and profile.mean_output_tokens is not None:
+            ns.emu_mean_output_tokens = profile.mean_output_tokens
+        if "--emu-output-sigma" not in given and profile.output_sigma is not None:
+            ns.emu_output_sigma = profile.output_sigma
     if unknown:
         print(
             f"WARNING: emulator ignores unknown arguments: {' '.join(redact_argv(unknown))}",

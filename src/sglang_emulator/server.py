@@ -30,6 +30,8 @@ from sglang_emulator.fake_model import FakeModel
 from sglang_emulator.faults import FaultInjector, FaultKind, FaultRates, is_exempt
 from sglang_emulator.latency import LatencyModel, SlotPool, Stats
 from sglang_emulator.ledger import Ledger
+from sglang_emulator.metrics import LoadView, loads_json, prometheus_text
+from sglang_emulator.physics import PROFILES
 from sglang_emulator.protocol import (
     ABORTED,
     Item,
@@ -40,6 +42,7 @@ from sglang_emulator.protocol import (
     run_item,
     truncate,
 )
+from sglang_emulator.scheduler import PhysicsScheduler
 from sglang_emulator.vocab import Vocab
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -76,13 +79,30 @@ class Emulator:
             tool_call_rate=args.emu_tool_call_rate,
         )
         context = args.context_length or vocab.meta.context_length
-        max_total = args.emu_max_total_tokens or 4 * context
+        profile = PROFILES[args.emu_physics] if args.emu_physics else None
+        max_total = args.emu_max_total_tokens or (
+            profile.max_total_num_tokens if profile else 4 * context
+        )
         self.limits = Limits(context, max_total, vocab.meta.vocab_size)
         self.seed: int = args.random_seed if args.random_seed is not None else 0
         self.latency = LatencyModel(args.emu_prefill_tokens_per_s, args.emu_decode_ms_per_token)
         slots = args.emu_running_slots or args.max_running_requests or None
+        if profile is not None:
+            slots = args.max_running_requests or profile.max_running_requests
         self.stats = Stats(slots)
         self.pool = SlotPool(slots, self.stats)
+        # --emu-physics: SGLang's scheduler loop instead of the slot pool (scheduler.py).
+        self.physics = (
+            PhysicsScheduler(
+                profile,
+                stats=self.stats,
+                time_scale=args.emu_time_scale,
+                max_running_requests=slots,
+                max_total_num_tokens=max_total,
+            )
+            if profile is not None
+            else None
+        )
         rates = FaultRates(
             r400=args.emu_fault_400_rate,
             r500=args.emu_fault_500_rate,
@@ -112,6 +132,9 @@ class Emulator:
         r.add_get("/model_info", self.model_info)
         r.add_get("/server_info", self.server_info)
         r.add_get("/v1/models", self.models)
+        r.add_get("/v1/loads", self.v1_loads)
+        if self.args.enable_metrics:  # SGLang serves /metrics only with --enable-metrics
+            r.add_get("/metrics", self.metrics)
         r.add_get("/emulator/stats", self.emulator_stats)
         r.add_post("/emulator/reset_stats", self.emulator_reset_stats)
         r.add_route("*", "/{tail:.*}", self.not_found)
@@ -234,8 +257,67 @@ class Emulator:
         }
         return _json({"object": "list", "data": [card]})
 
+    def load_view(self) -> LoadView:
+        """The server's load now, from the physics scheduler or the plain slot counters."""
+        t, p = self.totals, self.physics
+        common = {
+            "prompt_tokens_total": t["prompt_tokens"],
+            "generation_tokens_total": t["generation_tokens"],
+            "requests_total": t["requests"],
+            "max_total_num_tokens": self.limits.max_total_num_tokens,
+        }
+        if p is None:
+            return LoadView(
+                num_running_reqs=self.stats.running,
+                num_queue_reqs=self.stats.queued,
+                num_used_tokens=0,
+                max_running_requests=self.pool.slots or 0,
+                gen_throughput=0.0,
+                new_token_ratio=0.0,
+                retracted_requests_total=0,
+                retracted_input_tokens_total=0,
+                retracted_output_tokens_total=0,
+                **common,
+            )
+        c = p.counters
+        return LoadView(
+            num_running_reqs=p.num_running,
+            num_queue_reqs=p.num_queued,
+            num_used_tokens=p.used_tokens(),
+            max_running_requests=p.max_running,
+            gen_throughput=p.gen_throughput,
+            new_token_ratio=p.new_token_ratio,
+            retracted_requests_total=c.retracted,
+            retracted_input_tokens_total=c.retracted_input_tokens,
+            retracted_output_tokens_total=c.retracted_output_tokens,
+            **common,
+        )
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body = prometheus_text(self.load_view(), self.served_model_name)
+        return web.Response(text=body, content_type="text/plain", charset="utf-8")
+
+    async def v1_loads(self, request: web.Request) -> web.Response:
+        return _json(loads_json(self.load_view(), SGLANG_VERSION))
+
     async def emulator_stats(self, request: web.Request) -> web.Response:
-        return _json(self.stats.snapshot())
+        snap = self.stats.snapshot()
+        if self.physics is not None:
+            c = self.physics.counters
+            snap["physics"] = {
+                "profile": self.physics.profile.name,
+                "time_scale": self.physics.scale,
+                "max_total_num_tokens": self.physics.pool,
+                "retracted": c.retracted,
+                "prefill_steps": c.prefill_steps,
+                "decode_steps": c.decode_steps,
+                "generated_tokens": c.generated_tokens,
+                "prompt_tokens_computed": c.prompt_tokens_computed,
+                "sim_s": c.sim_s,
+                "lag_s": c.lag_s,
+                "new_token_ratio": self.physics.new_token_ratio,
+            }
+        return _json(snap)
 
     async def emulator_reset_stats(self, request: web.Request) -> web.Response:
         self.stats.reset()
@@ -279,14 +361,15 @@ class Emulator:
             if early is not None:
                 return early
         self.stats.requests += 1
-        if self.latency.is_zero and fault != "hang":
+        retractions = 0
+        if self.latency.is_zero and self.physics is None and fault != "hang":
             result = self._run_now(item, fault)
         else:
             try:
-                result = await self._run_timed(item, fault)
+                result, retractions = await self._run_timed(item, fault)
             except ServiceError as e:
                 return _error(e)
-        return _json(self._finish(item, result, t0))
+        return _json(self._finish(item, result, t0, retractions))
 
     def _early_fault(self, request: web.Request, fault: FaultKind) -> web.Response | None:
         """Faults answered before any generation; None for hang/abort, which come later."""
@@ -321,7 +404,9 @@ class Emulator:
             self.prefix_cache.popitem(last=False)
         return 0
 
-    def _finish(self, item: Item, result: Result, t0: float) -> dict[str, Any]:
+    def _finish(
+        self, item: Item, result: Result, t0: float, retractions: int = 0
+    ) -> dict[str, Any]:
         """Account for a finished item, write its ledger line, and build its response object."""
         n_out = len(result.output_ids)
         n_in = len(item.input_ids)
@@ -342,6 +427,7 @@ class Emulator:
                 f"finish_reason={orjson.dumps(result.finish_reason).decode()}"
             )
         meta = meta_info(item, result.output_ids, result.finish_reason, cached)
+        meta["num_retractions"] = retractions
         meta["e2e_latency"] = time.monotonic() - t0
         meta["response_sent_to_client_ts"] = time.time()
         return {"text": result.text, "output_ids": result.output_ids, "meta_info": meta}
@@ -363,13 +449,23 @@ class Emulator:
                 self.pool.leave_queue(fut)
             raise
 
-    async def _run_timed(self, item: Item, fault: FaultKind | None) -> Result:
-        """Hang, queue for a slot, then hold it for prefill + decode time."""
+    async def _run_timed(self, item: Item, fault: FaultKind | None) -> tuple[Result, int]:
+        """Hang, or go through the physics scheduler, or queue for a slot then hold it for
+        prefill + decode time; returns the result and its number of retractions."""
         self.inflight.add(item.rid)
         try:
             if fault == "hang":
                 await asyncio.sleep(self.args.emu_hang_s)
-                return Result([], dict(ABORTED), "")
+                return Result([], dict(ABORTED), ""), 0
+            if self.physics is not None:
+                result = self._run_now(item, fault)
+                retractions = await self.physics.run(
+                    len(item.input_ids),
+                    len(result.output_ids),
+                    item.max_new,
+                    item.sampling.ignore_eos,
+                )
+                return result, retractions
             await self._take_slot()
             try:
                 result = self._run_now(item, fault)
@@ -377,7 +473,7 @@ class Emulator:
                 total = prefill + self.latency.decode_s(len(result.output_ids))
                 if total > 0:
                     await asyncio.sleep(total)
-                return result
+                return result, 0
             finally:
                 self.pool.release()
         except asyncio.CancelledError:

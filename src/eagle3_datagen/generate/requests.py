@@ -48,6 +48,7 @@ async def generate_with_retries(
     slots: asyncio.Semaphore | None = None,
     supervisor: ServerSupervisor | None = None,
     budget: ServerBudget | None = None,
+    share: str = "",
     on_retry: Callable[[], None] | None = None,
 ) -> GenerateResult:
     """Send one request until it succeeds; each try's rid is ``rid(attempt)``, or
@@ -55,7 +56,8 @@ async def generate_with_retries(
     one).
 
     Waits, in order, for a slot of ``slots``, for the ``supervisor`` (while a lost server is
-    recovered) and for ``reserve_tokens`` of the ``budget``. ``on_retry`` is called for every
+    recovered) and for ``reserve_tokens`` of the ``budget`` (queued with the ``share``, the
+    partition, so partitions get fair places). ``on_retry`` is called for every
     failed try that is retried. An ``abort`` on the last try is returned as it is (the caller's
     validation rejects it). Raises :class:`RetriesExhaustedError` when the tries run out.
     """
@@ -68,7 +70,7 @@ async def generate_with_retries(
                 if supervisor is not None:
                     await supervisor.before_request()
                 async with (
-                    budget.reserve(reserve_tokens)
+                    budget.reserve(reserve_tokens, share)
                     if budget is not None
                     else contextlib.nullcontext()
                 ):

@@ -84,6 +84,8 @@ def build_launch_command(
         cmd += ["--tokenizer-path", model.tokenizer_path]
     if server.context_length is not None:
         cmd += ["--context-length", str(server.context_length)]
+    if server.enable_metrics and "--enable-metrics" not in server.extra_args:
+        cmd.append("--enable-metrics")  # /metrics, read by concurrency: auto
     if not any(_flag_name(arg) == "--random-seed" for arg in server.extra_args):
         cmd += ["--random-seed", str(server.random_seed)]
     cmd += list(server.extra_args)

@@ -14,10 +14,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.generate.concurrency import ConcurrencyController
 from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.health import LogSink, wait_until_healthy
 from eagle3_datagen.sglang.launch_command import resolve_api_key
+from eagle3_datagen.sglang.load import LoadReader
 from eagle3_datagen.sglang.orphans import reap_orphans
 from eagle3_datagen.sglang.pool import split_urls
 from eagle3_datagen.sglang.preflight import ServerFacts, preflight
@@ -63,6 +65,9 @@ async def open_server(
     server = config.server
     if server.mode == "launch" and server.port == 0:
         server = server.model_copy(update={"port": _free_port(server.host)})
+    auto = any(t.is_auto for t in config.tiers)
+    if auto and not server.enable_metrics:
+        server = server.model_copy(update={"enable_metrics": True})  # the controller reads it
     api_key = api_key or resolve_api_key(server)
     attach_url = server_url or (server.url if server.mode == "attach" else None)
     url = (attach_url or server.base_url).rstrip("/")
@@ -120,6 +125,21 @@ async def open_server(
         name=url,
     )
     budget = ServerBudget(server.max_requests_in_flight, server.max_tokens_in_flight)
+    controller = (
+        ConcurrencyController(
+            budget,
+            LoadReader(split_urls(url), api_key=api_key),
+            server.auto_concurrency,
+            log=logger.info,
+        )
+        if auto
+        else None
+    )
+    if controller is not None:
+        logger.info(
+            f"concurrency auto: starting at {controller.limit} in flight (server-wide), "
+            f"reading the server's load every {server.auto_concurrency.interval_s:g} s"
+        )
     try:
         if not attach_url:
             facts = await launch()
@@ -133,6 +153,8 @@ async def open_server(
             log_path=str(current.log_path) if current else None,
         )
     finally:
+        if controller is not None:
+            await controller.aclose()
         await supervisor.aclose()
         if current is not None:
             await current.astop()

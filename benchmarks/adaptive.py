@@ -1,0 +1,205 @@
+"""(e) ``concurrency: auto`` against a sweep of static concurrencies, on each physics profile.
+
+For every profile (``sglang_emulator/physics.py``) one emulator runs with ``--emu-physics``,
+time-scaled (``--emu-time-scale``), and the same workload is sent under each static
+concurrency of the sweep and under the auto controller (``generate/concurrency.py`` over
+``ServerBudget``, reading the emulator's ``/metrics``, as a run does). Requests go through
+``generate_with_retries`` and ``SGLangClient`` like the pipeline's; prompts are token ids
+(~1,000 tokens), so nothing but the server's behaviour differs between runs.
+
+What is measured: the server's output rate while it is loaded, in simulated tokens per second,
+from the emulator's own token and simulated-time counters, between ``warmup_sim_s`` and
+``end_sim_s`` of simulated server time (the slow start of auto and the ramp of every static
+value are inside the warm-up; the final drain, the same for any policy and set by the longest
+outputs, is left out). There are always more prompts than a run can start (checked), so no
+policy runs out of work. Each run is cancelled at the end, the emulator drains, and the next
+one starts on the same server. ``auto / best static`` is the
+figure; ``auto / seed`` compares with the seed's hand-tuned value for that workload (150 for
+SHORT-like, 32 for LONG-like outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from benchmarks.common import TOKENIZER_DIR, Emulator, emit, run_async
+
+
+@dataclass(frozen=True)
+class Workload:
+    profile: str
+    prompts: int
+    max_new: int
+    statics: tuple[int, ...]
+    seed_static: int
+    time_scale: float
+    warmup_sim_s: float = 400.0
+    end_sim_s: float = 2400.0
+    prompt_tokens: int = 1000
+
+
+WORKLOADS = {
+    "seed-node": Workload("seed-node", 2400, 10240, (32, 64, 150, 256, 400), 150, 0.0015),
+    "kv-poor": Workload("kv-poor", 2000, 10240, (32, 64, 100, 150, 256), 150, 0.0015),
+    "reasoning": Workload("reasoning", 1200, 16384, (16, 32, 64, 96, 150), 32, 0.0015),
+}
+
+
+@dataclass
+class RunResult:
+    policy: str
+    tok_s: float  # simulated output tokens per second while loaded
+    retracted: int
+    wall_s: float
+    limits: list[int] = field(default_factory=list)
+
+
+class _Counting:
+    """A GenerateClient that counts requests handed to the server and fires at thresholds."""
+
+    def __init__(self, inner: Any, marks: dict[int, asyncio.Event]) -> None:
+        self.inner = inner
+        self.marks = marks
+        self.started = 0
+
+    async def generate(self, input_ids: list[int], sampling: dict[str, Any], rid: str) -> Any:
+        self.started += 1
+        mark = self.marks.get(self.started)
+        if mark is not None:
+            mark.set()
+        return await self.inner.generate(input_ids, sampling, rid)
+
+
+async def _stats(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    async with session.get(f"{url}/emulator/stats") as r:
+        data: dict[str, Any] = orjson.loads(await r.read())
+        return data
+
+
+async def one_run(
+    url: str, w: Workload, prompts: list[list[int]], policy: int | str, interval_s: float
+) -> RunResult:
+    from eagle3_datagen.config import AutoConcurrency, RetryPolicy
+    from eagle3_datagen.generate.concurrency import ConcurrencyController
+    from eagle3_datagen.generate.requests import generate_with_retries
+    from eagle3_datagen.sglang.budget import ServerBudget
+    from eagle3_datagen.sglang.client import SGLangClient
+    from eagle3_datagen.sglang.load import LoadReader
+
+    n = len(prompts)
+    budget = ServerBudget()
+    controller = None
+    slots = None
+    if policy == "auto":
+        settings = AutoConcurrency(interval_s=interval_s)
+        controller = ConcurrencyController(budget, LoadReader([url]), settings)
+    else:
+        assert isinstance(policy, int)
+        slots = asyncio.Semaphore(policy)
+    retry = RetryPolicy(max_attempts=3, backoff_initial_s=0.1, backoff_max_s=0.5)
+    sampling = {"max_new_tokens": w.max_new}
+    async with (
+        SGLangClient(url, timeout_s=3600, max_connections=2100) as raw,
+        aiohttp.ClientSession() as session,
+    ):
+        client = _Counting(raw, {})
+        t0 = time.monotonic()
+        tasks = [
+            asyncio.create_task(
+                generate_with_retries(
+                    client, ids, sampling, rid=f"{policy}-{i}", policy=retry,
+                    slots=slots, budget=budget, share="bench",
+                )
+            )
+            for i, ids in enumerate(prompts)
+        ]  # fmt: skip
+        base = (await _stats(session, url))["physics"]["sim_s"]
+        a = b = None
+        while b is None:
+            await asyncio.sleep(0.05)
+            s = await _stats(session, url)
+            sim = s["physics"]["sim_s"] - base
+            if a is None and sim >= w.warmup_sim_s:
+                a = s
+            elif a is not None and sim >= w.end_sim_s:
+                b = s
+        if client.started >= n:
+            raise RuntimeError(f"{w.profile} {policy}: all {n} prompts started; raise --scale")
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if controller is not None:
+            await controller.aclose()
+        while True:  # let the server drain the cancelled requests before the next run
+            s = await _stats(session, url)
+            if s["running"] == 0 and s["queued"] == 0:
+                break
+            await asyncio.sleep(0.05)
+    assert a is not None
+    pa, pb = a["physics"], b["physics"]
+    tokens = pb["generated_tokens"] - pa["generated_tokens"]
+    # Simulated seconds of server work, not wall time / scale: immune to the emulator's own
+    # lag behind the scaled clock on a busy machine (the server is never idle in the window).
+    tok_s = tokens / (pb["sim_s"] - pa["sim_s"])
+    limits = [d.limit for d in controller.history] if controller is not None else []
+    wall = time.monotonic() - t0
+    return RunResult(str(policy), tok_s, pb["retracted"] - pa["retracted"], wall, limits)
+
+
+async def bench_profile(w: Workload, interval_s: float, statics: tuple[int, ...]) -> dict[str, Any]:
+    from benchmarks.emulator_ceiling import make_prompt
+    from sglang_emulator.vocab import Vocab
+
+    vocab = Vocab(TOKENIZER_DIR)
+    prompts = [make_prompt(vocab, w.prompt_tokens, i) for i in range(w.prompts)]
+    flags = ["--emu-physics", w.profile, "--emu-time-scale", str(w.time_scale), "--enable-metrics"]
+    results: list[RunResult] = []
+    with Emulator(*flags) as emu:
+        policies: list[int | str] = [*statics, "auto"]
+        for policy in policies:
+            results.append(await one_run(emu.url, w, prompts, policy, interval_s))
+        lag = emu.stats()["physics"]["lag_s"]
+    static = {r.policy: r for r in results if r.policy != "auto"}
+    auto = next(r for r in results if r.policy == "auto")
+    best = max(static.values(), key=lambda r: r.tok_s)
+    seed = static.get(str(w.seed_static))
+    return {
+        "profile": w.profile,
+        "time_scale": w.time_scale,
+        "prompts": w.prompts,
+        "runs": [r.__dict__ for r in results],
+        "best_static": best.policy,
+        "best_static_tok_s": best.tok_s,
+        "auto_tok_s": auto.tok_s,
+        "auto_vs_best": auto.tok_s / best.tok_s,
+        "seed_static": w.seed_static,
+        "auto_vs_seed": auto.tok_s / seed.tok_s if seed else None,
+        "auto_final_limit": auto.limits[-1] if auto.limits else None,
+        "auto_retracted": auto.retracted,
+        "emulator_max_lag_s": lag,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--profiles", default=",".join(WORKLOADS))
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply the prompt counts")
+    ap.add_argument("--interval-s", type=float, default=0.02, help="controller reading interval")
+    args = ap.parse_args(argv)
+    out = []
+    for name in args.profiles.split(","):
+        w = WORKLOADS[name]
+        w = Workload(**{**w.__dict__, "prompts": max(100, round(w.prompts * args.scale))})
+        out.append(run_async(bench_profile(w, args.interval_s, w.statics)))
+    emit({"profiles": out})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""``concurrency: auto``: steer the requests in flight from the server's own load.
+
+Why: a server's best concurrency moves with prompt and output lengths, KV memory and cache, and
+hand tuning (the seed's 150 / 32, found over several rounds) leaves throughput behind or, on a
+KV-poor server, makes SGLang retract requests (their KV is thrown away and recomputed). SGLang
+admits requests itself, by its KV estimate (``new_token_ratio``), so what a client controls is
+only how many it offers. The controller reads the server's load every ``interval_s`` and sets
+the server-wide budget's request limit (the budget shares it fairly across partitions):
+
+- **retractions** since the last reading (the KV pool ran out): back off to 85% of what the
+  server held, and hold for two readings; once per cut: while more are in flight than the last
+  cut allows (running requests only leave as they finish), further retractions cut nothing;
+- **a queue** on the server longer than a few requests (10% of those running, at least 2) for
+  three readings in a row: the server runs all its KV allows and the rest only wait; trim the
+  limit towards running + that small queue (by at most 10% a reading), so the server always
+  has the next request at hand but is never offered a pile it would over-admit as
+  ``new_token_ratio`` decays. A shorter-lived
+  queue is prefill backlog (SGLang prefills at most ``chunked_prefill_size`` tokens a step):
+  the limit then stays where it is;
+- otherwise, when the limit is what holds requests back (>= 90% of it in flight) and the KV
+  pool is below 92% used: grow, doubling until the first trim or retraction (slow start), then
+  by 5% per reading.
+
+Every change is logged with the reading behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from eagle3_datagen.config import AutoConcurrency
+from eagle3_datagen.sglang.budget import ServerBudget
+from eagle3_datagen.sglang.load import LoadReader, LoadSample
+
+USAGE_HIGH = 0.92
+BACKOFF = 0.85
+GROWTH = 0.05
+QUEUE_SHARE = 0.10
+MIN_QUEUE = 2
+HOLD_READINGS = 2
+QUEUE_READINGS = 3
+TRIM = 0.9  # a trim takes at most 10% off: one reading's running count is noisy
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One reading and what it did to the limit (kept for logs, tests and benchmarks)."""
+
+    t: float
+    limit: int
+    in_flight: int
+    sample: LoadSample
+    reason: str
+
+
+class ConcurrencyController:
+    """Sets ``budget``'s request limit from ``reader``'s readings; runs as a background task."""
+
+    def __init__(
+        self,
+        budget: ServerBudget,
+        reader: LoadReader,
+        settings: AutoConcurrency,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.budget = budget
+        self.reader = reader
+        self.settings = settings
+        self.log = log
+        self.limit = max(settings.minimum, min(settings.initial, settings.maximum))
+        self.slow_start = True
+        self.hold = 0
+        self.queued_readings = 0
+        self._last_retracted: int | None = None
+        self.retractions = 0
+        self.history: list[Decision] = []
+        self.errors = 0
+        self._task: asyncio.Task[None] | None = None
+        budget.set_max_requests(self.limit)
+        budget.on_reserve = self.ensure_running
+
+    def ensure_running(self) -> None:
+        """Start the reading loop on the running event loop (first reservation starts it)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    def decide(self, s: LoadSample, in_flight: int) -> tuple[int, str]:
+        """The next limit after reading ``s`` with ``in_flight`` requests out; and why."""
+        limit, st = self.limit, self.settings
+        new_retracted = 0
+        if s.retracted_total is not None:
+            if self._last_retracted is not None:
+                new_retracted = max(0, s.retracted_total - self._last_retracted)
+            self._last_retracted = s.retracted_total
+        self.retractions += new_retracted
+        allowed_queue = max(MIN_QUEUE, math.ceil(QUEUE_SHARE * s.running))
+        long_queue = s.queued > allowed_queue
+        self.queued_readings = self.queued_readings + 1 if long_queue else 0
+        if new_retracted and in_flight > limit:
+            reason = f"{new_retracted} retracted while in flight drains to the last cut: wait"
+        elif new_retracted:
+            limit = int(min(limit, s.running + s.queued) * BACKOFF)
+            reason = f"{new_retracted} retracted: back off"
+            self.slow_start, self.hold = False, HOLD_READINGS
+        elif self.queued_readings >= QUEUE_READINGS:
+            limit = min(limit, max(s.running + allowed_queue, int(limit * TRIM)))
+            reason = f"queue {s.queued} > {allowed_queue} for {self.queued_readings} readings: trim"
+            self.slow_start = False
+        elif self.hold:
+            self.hold -= 1
+            reason = "hold after retraction"
+        elif long_queue:
+            reason = "prefill backlog: wait"
+        elif in_flight >= 0.9 * limit and s.token_usage < USAGE_HIGH:
+            step = limit if self.slow_start else max(1, math.ceil(limit * GROWTH))
+            limit += step
+            reason = "slow start" if self.slow_start else "grow"
+        else:
+            reason = "steady"
+        limit = max(st.minimum, min(st.maximum, limit))
+        return limit, reason
+
+    def apply(self, s: LoadSample) -> Decision:
+        """Read ``s``, move the budget's limit, log a change; returns the decision."""
+        in_flight = self.budget.requests
+        limit, reason = self.decide(s, in_flight)
+        decision = Decision(time.monotonic(), limit, in_flight, s, reason)
+        self.history.append(decision)
+        if limit != self.limit:
+            if self.log is not None:
+                self.log(
+                    f"auto concurrency {self.limit} -> {limit} ({reason}; server running "
+                    f"{s.running}, queued {s.queued}, KV {s.token_usage:.0%}, "
+                    f"{s.gen_throughput:.0f} tok/s; {in_flight} in flight)"
+                )
+            self.limit = limit
+            self.budget.set_max_requests(limit)
+        return decision
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.interval_s)
+            try:
+                sample = await self.reader.read()
+            except Exception as err:  # a server that cannot be read keeps the last limit
+                self.errors += 1
+                if self.log is not None and self.errors in (1, 10, 100):
+                    self.log(f"auto concurrency: cannot read the server's load: {err!r}")
+                continue
+            self.apply(sample)
+
+    async def aclose(self) -> None:
+        self.budget.on_reserve = None
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RuntimeError):
+                await self._task
+            self._task = None
+        await self.reader.aclose()
