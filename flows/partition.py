@@ -116,7 +116,7 @@ async def generate_partition(
         server_url,
         api_key=await api_key_for(config.server),
         timeout_s=config.server.request_timeout_s,
-        max_connections=tier.concurrency + 8,
+        max_connections=tier.in_flight_cap + 8,
     ) as client:
         runner = PartitionRunner(
             config=config,

@@ -70,7 +70,7 @@ class PartitionRunner:
         self.supervisor = supervisor
         self.budget = budget or ServerBudget()
         self.reuse = reuse or ReusePool()  # results of superseded batches, by prompt key
-        self.semaphore = asyncio.Semaphore(self.tier.concurrency)
+        self.semaphore = asyncio.Semaphore(self.tier.in_flight_cap)
         self.sampling = config.sampling.to_sglang(self.tier.max_tokens, list(ids.stop_ids))
         self.progress = Progress()
 
@@ -308,6 +308,7 @@ class PartitionRunner:
                 slots=self.semaphore,
                 supervisor=self.supervisor,
                 budget=self.budget,
+                share=self.partition.name,
                 on_retry=self._count_retry,
             )
         except RejectedRequestError as err:
