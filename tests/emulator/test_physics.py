@@ -1,0 +1,83 @@
+"""--emu-physics: a loaded server decodes each request slower but makes more tokens in all; a
+full KV pool retracts requests (meta_info.num_retractions, SGLang's /metrics counter)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+
+from benchmarks.emulator_ceiling import make_prompt
+from sglang_emulator.vocab import Vocab
+from tests.support import TOKENIZER_DIR
+from tests.support.emulator import EmulatorFactory
+
+
+async def _send(url: str, bodies: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+    """All bodies at once; (responses, wall seconds)."""
+    async with aiohttp.ClientSession() as s:
+
+        async def one(body: dict[str, Any]) -> dict[str, Any]:
+            async with s.post(f"{url}/generate", data=orjson.dumps(body)) as r:
+                assert r.status == 200, await r.text()
+                data: dict[str, Any] = orjson.loads(await r.read())
+                return data
+
+        t0 = time.monotonic()
+        out = await asyncio.gather(*(one(b) for b in bodies))
+        return list(out), time.monotonic() - t0
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_more_running_requests_make_slower_steps_and_more_tokens(
+    emu_factory: EmulatorFactory,
+) -> None:
+    emu = emu_factory.start("--emu-physics", "seed-node", "--emu-time-scale", "0.05")
+    vocab = Vocab(TOKENIZER_DIR)
+    sp = {"max_new_tokens": 200, "ignore_eos": True}
+    alone, t1 = asyncio.run(_send(emu.url, [{"input_ids": make_prompt(vocab, 100, 0),
+                                             "sampling_params": sp}]))  # fmt: skip
+    bodies = [{"input_ids": make_prompt(vocab, 100, i), "sampling_params": sp} for i in range(64)]
+    loaded, t64 = asyncio.run(_send(emu.url, bodies))
+    assert all(len(r["output_ids"]) == 200 for r in alone + loaded)
+    # Each request waits longer for its tokens when 64 share the steps ...
+    assert t64 > 2 * t1, (t1, t64)
+    # ... but the server makes far more tokens per second in all.
+    assert (64 * 200 / t64) > 10 * (200 / t1), (t1, t64)
+
+
+def test_full_kv_pool_retracts_and_reports_it(emu_factory: EmulatorFactory) -> None:
+    emu = emu_factory.start(
+        "--emu-physics", "kv-poor", "--emu-time-scale", "0.001", "--emu-max-total-tokens",
+        "20000", "--emu-mean-output-tokens", "3000", "--emu-output-sigma", "0.2",
+        "--enable-metrics",
+    )  # fmt: skip
+    vocab = Vocab(TOKENIZER_DIR)
+    sp = {"max_new_tokens": 4000}
+    bodies = [{"input_ids": make_prompt(vocab, 200, i), "sampling_params": sp} for i in range(20)]
+    out, _ = asyncio.run(_send(emu.url, bodies))
+    retractions = [r["meta_info"]["num_retractions"] for r in out]
+    assert sum(retractions) > 0
+    # A retracted request still finishes with all its tokens, as SGLang's does.
+    assert all(r["meta_info"]["finish_reason"]["type"] in ("stop", "length") for r in out)
+    metrics = emu.client.get("/metrics").text
+    assert _metric(metrics, "sglang:num_retracted_requests_total") >= max(retractions)
+    assert _metric(metrics, "sglang:num_running_reqs") == 0
+
+
+def test_metrics_only_with_enable_metrics_and_v1_loads_always(
+    emu_factory: EmulatorFactory,
+) -> None:
+    emu = emu_factory.start()
+    assert emu.client.get("/metrics").status_code == 404
+    loads = emu.client.get("/v1/loads").json()["loads"][0]
+    assert loads["num_running_reqs"] == 0 and loads["num_waiting_reqs"] == 0
