@@ -1,4 +1,4 @@
-"""The ``eagle3-datagen`` command: run, demo, emulator, validate, export.
+"""The ``eagle3-datagen`` command: run, demo, emulator, validate, export, failures, alarm.
 
 Prefect is imported only by the commands that run flows, so ``eagle3-datagen emulator`` starts
 fast and the library stays importable without it.
@@ -153,6 +153,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_failures(args: argparse.Namespace) -> int:
+    """A run's failed batches from the Prefect API (PREFECT_API_URL)."""
+    from flows.ops import failed_batches, failures_text
+
+    run, rows = asyncio.run(failed_batches(args.flow_run))
+    print(failures_text(run, rows))
+    return 0
+
+
+def cmd_alarm_install(args: argparse.Namespace) -> int:
+    """The throughput automation with a named notification block (PREFECT_API_URL)."""
+    from flows.ops import ALARM_FILE, install_alarm
+
+    print(asyncio.run(install_alarm(args.block, Path(args.file) if args.file else ALARM_FILE)))
+    return 0
+
+
 def cmd_emulator(argv: list[str]) -> int:
     """Become ``python -m sglang_emulator ARGV``: the emulator is a separate package, never
     imported by the library, shipped in the same wheel; exec keeps the pid, so signals reach it."""
@@ -214,6 +231,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--tokenizer", metavar="PATH", help="tokenizer path, if it moved since the run"
     )
     export.set_defaults(func=cmd_export)
+
+    failures = sub.add_parser(
+        "failures",
+        help="a run's failed batches (batch, lines, attempts, cause) from the Prefect API",
+    )
+    failures.add_argument(
+        "flow_run", nargs="?", metavar="FLOW_RUN",
+        help="flow run id or name (default: the latest eagle3-datagen run)",
+    )  # fmt: skip
+    failures.set_defaults(func=cmd_failures)
+
+    alarm = sub.add_parser("alarm", help="the throughput alarm's Prefect automation")
+    alarm_sub = alarm.add_subparsers(dest="alarm_command", required=True)
+    install = alarm_sub.add_parser(
+        "install",
+        help="create or update the automation from deployments/automations/throughput-low.yaml",
+    )
+    install.add_argument(
+        "--block", required=True, metavar="NAME",
+        help="notification block to send through: NAME or TYPE/NAME, as `prefect block ls` shows",
+    )  # fmt: skip
+    install.add_argument("--file", metavar="YAML", help="another automation file")
+    install.set_defaults(func=cmd_alarm_install)
 
     sub.add_parser(
         "emulator",

@@ -6,12 +6,28 @@ API the UI reads). One server, one worker and one set of flow runs serve the who
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from tests.support.prefect import PrefectServer, running_prefect_server
+
+
+def readme_deploy_commands() -> list[str]:
+    """The work-pool and deploy lines of README's "Operating it from the Prefect UI" block."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Operating it from the Prefect UI", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block, "README: no bash block under 'Operating it from the Prefect UI'"
+    lines = [line.split("  #", 1)[0].strip() for line in block.group(1).splitlines()]
+    wanted = ("prefect work-pool create", "prefect --no-prompt")
+    commands = [c for c in lines if c.startswith(wanted)]
+    assert len(commands) >= 2, commands
+    return commands
 
 
 @pytest.fixture(scope="session")
@@ -25,9 +41,8 @@ def prefect_server() -> Iterator[PrefectServer]:
 def deployed(prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The work pool, the repo's deployments (as the README says) and one process worker."""
     srv = prefect_server
-    srv.cli("work-pool", "create", "gpu-process", "--type", "process")
-    srv.cli("work-pool", "create", "cpu-process", "--type", "process")
-    srv.cli("--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
+    for line in readme_deploy_commands():  # exactly as README gives them
+        srv.cli(*shlex.split(line)[1:])
     log = tmp_path_factory.mktemp("worker") / "worker.log"
     srv.start("worker", "start", "--pool", "gpu-process", "--name", "e2e-gpu-node", log=log)
     return log

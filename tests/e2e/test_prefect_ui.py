@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +42,15 @@ def runs(
     srv = prefect_server
     tmp = tmp_path_factory.mktemp("runs")
     hook = Hook()
-    block_id = notification_block(srv, hook.url)
-    automation = (REPO / "deployments/automations/throughput-low.yaml").read_text()
-    (tmp / "automation.yaml").write_text(
-        automation.replace("00000000-0000-0000-0000-000000000000", block_id)
-    )
-    srv.cli("automation", "create", "--from-file", str(tmp / "automation.yaml"))
+    notification_block(srv, hook.url)
+    # The shipped file has no block id, so Prefect refuses it as it is ...
+    refused = srv.cli("automation", "create", "--from-file",
+                      "deployments/automations/throughput-low.yaml", check=False)  # fmt: skip
+    assert "block_document_id" in refused, refused
+    assert not srv.post("/automations/filter")
+    # ... and `eagle3-datagen alarm install` creates it with the named block, as README says.
+    out = datagen_cli(srv, "alarm", "install", "--block", "eagle3-alerts")
+    assert "created: notifies through custom-webhook/eagle3-alerts" in out, out
 
     # A slowed emulator (the run outlasts the 10 s progress period) and an alarm set to fire.
     demo = demo_config(tmp / "demo").model_dump(mode="json")
@@ -74,6 +80,14 @@ def runs(
     return Runs(ids[0], ids[1], ids[2], tmp / "demo", tmp / "invalid", hook)
 
 
+def datagen_cli(srv: PrefectServer, *args: str) -> str:
+    """``eagle3-datagen ARGS`` against the test's Prefect server."""
+    proc = subprocess.run([sys.executable, "-m", "eagle3_datagen.cli", *args], cwd=REPO,
+                          env=srv.env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
 def subflow_runs(srv: PrefectServer, parent_id: str) -> dict[str, dict[str, Any]]:
     subs = srv.post(
         "/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [parent_id]}}}
@@ -92,7 +106,9 @@ def test_deployments_have_a_paused_schedule_and_a_real_form(
     prefect_server: PrefectServer, deployed: Path
 ) -> None:
     deps = {d["name"]: d for d in prefect_server.post("/deployments/filter")}
-    assert {"kimi-k2.5", "demo"} <= set(deps)
+    # README's commands, run as written on a fresh server, make the deployments it names.
+    assert set(deps) == {"kimi-k2.5", "demo", "partition-job", "kimi-k2.5-fanout"}
+    assert "makes four\ndeployments" in (REPO / "README.md").read_text()
     kimi = deps["kimi-k2.5"]
     assert kimi["work_pool_name"] == "gpu-process"
     assert kimi["entrypoint"] == "flows/pipeline.py:datagen"
@@ -106,6 +122,9 @@ def test_deployments_have_a_paused_schedule_and_a_real_form(
 
     schema = kimi["parameter_openapi_schema"]
     assert schema["required"] == ["config"]
+    # The run-level parameters come first in the form, the long config last.
+    order = sorted(schema["properties"], key=lambda k: schema["properties"][k]["position"])
+    assert order == ["partitions", "server_url", "overwrite", "config"]
     defs = schema["definitions"]
     props = defs["PipelineConfig"]["properties"]
     for name, item in (("tiers", "Tier"), ("partitions", "Partition")):
@@ -126,9 +145,9 @@ def test_bad_parameters_fail_before_anything_starts(
     srv = prefect_server
     # Wrong type: the server refuses to create the run at all.
     bad = demo_config(runs.invalid_dir).model_dump(mode="json")
-    bad["tiers"][0]["concurrency"] = "lots"
+    bad["tiers"][0]["max_tokens"] = "lots"
     out = srv.cli("deployment", "run", DEMO, "--params", json.dumps({"config": bad}), check=False)
-    assert "config.tiers[0].concurrency" in out and "is not of type 'integer'" in out
+    assert "config.tiers[0].max_tokens" in out and "is not of type 'integer'" in out
     # Fits the schema but not the config's own checks: Failed before the flow starts.
     run = srv.get(f"/flow_runs/{runs.invalid}")
     assert run["state_type"] == "FAILED"
@@ -143,15 +162,44 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
     srv = prefect_server
     run = srv.get(f"/flow_runs/{runs.demo}")
     assert run["state_type"] == "COMPLETED", run["state"]["message"]
+    # A name that says what ran: the deployment, the partitions, when.
+    assert re.fullmatch(r"demo: demo_short\+demo_long \d{4}-\d\d-\d\d \d\d:\d\dZ", run["name"])
     subs = subflow_runs(srv, runs.demo)
     assert set(subs) == {"partition-demo_short", "partition-demo_long"}
+    # Subflows and their batch tasks carry partition, tier and the deployment's tags.
+    for name, tier in (("demo_short", "SHORT"), ("demo_long", "LONG")):
+        sub = subs[f"partition-{name}"]
+        want = {f"partition:{name}", f"tier:{tier}", "eagle3-datagen", "demo"}
+        assert want <= set(sub["tags"]), sub["tags"]
+        tasks = srv.post("/task_runs/filter", {"flow_runs": {"id": {"any_": [sub["id"]]}}})
+        batches = [t for t in tasks if t["name"].startswith("generate[")]
+        assert batches and all(want <= set(t["tags"]) for t in batches)
+    # Side by side: the two partitions' subflows overlapped (not one after the other).
+    spans = [(datetime.fromisoformat(sub["start_time"]), datetime.fromisoformat(sub["end_time"]))
+             for sub in subs.values()]  # fmt: skip
+    overlap = (min(e for _, e in spans) - max(s for s, _ in spans)).total_seconds()
+    print(f"subflow spans {spans}, overlap {overlap:.1f} s")
+    assert overlap > 0, spans
 
     # One progress artifact per partition, at 100% with the progress line as its description.
+    line_tok_s = {}
     for name, counts in (("demo_short", "64/64"), ("demo_long", "24/24")):
         sub_id = subs[f"partition-{name}"]["id"]
         [progress] = artifacts(srv, [sub_id], f"progress-{name.replace('_', '-')}")
         assert progress["type"] == "progress" and progress["data"] == 100
         assert progress["description"].startswith(f"{name}: {counts} (0 err)")
+        line_tok_s[name] = int(re.findall(r"(\d+) tok/s", progress["description"])[0])
+    # And one on the parent with every partition in a table.
+    [overall] = artifacts(srv, [runs.demo], "datagen-progress")
+    assert overall["type"] == "progress" and overall["data"] == 100
+    assert "| demo_short | completed | 64/64 | 100% |" in overall["description"]
+    assert "| demo_long | completed | 24/24 | 100% |" in overall["description"]
+    # The data picture of each partition, and the dataset card in the output directory.
+    [picture] = artifacts(srv, [runs.demo], "data-demo-short")
+    assert picture["type"] == "markdown" and "**output length (tokens)**" in picture["data"]
+    assert "reject rate 6.2%: bad_input 3, duplicate_id 1" in picture["data"]
+    card = (runs.demo_dir / "README.md").read_text()
+    assert "config_name: demo_short" in card and "## How to load" in card
 
     # The progress log line, every 10 s while running and once at the end.
     logs = srv.post(
@@ -167,8 +215,11 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
     assert (short["status"], short["accepted"], short["rejected"]) == ("completed", 60, 4)
     assert short["rejected_by_reason"] == "bad_input=3, duplicate_id=1"
     assert (long_["accepted"], long_["rejected"]) == (24, 0)
-    for row in (short, long_):
+    assert (short["input_lines"], long_["input_lines"]) == (64, 24)
+    assert short["on_disk"] == "64 of 64 lines: 60 accepted, 4 rejected"
+    for name, row in (("demo_short", short), ("demo_long", long_)):
         assert row["truncation_rate"].endswith("%") and row["tok_per_s"] > 0
+        assert row["tok_per_s"] == line_tok_s[name]  # one tok/s: summary = progress line
         assert re.fullmatch(r"[\d.]+s|\d+m\d\ds", row["wall_time"])
     assert summary["description"].startswith("2 partitions, 84 records accepted")
 
@@ -219,6 +270,30 @@ def test_a_failing_batch_and_its_partition_say_why(
         assert "request failed after 2 attempts: HTTP 500" in message
         assert task["run_count"] == 2  # Prefect retried the batch once (batch_retries: 1)
 
+    # Progress counts each line once although every batch ran twice.
+    [progress] = artifacts(srv, [sub["id"]], "progress-demo-short")
+    done, total = map(int, re.findall(r"demo_short: (\d+)/(\d+) ", progress["description"])[0])
+    assert total == 64 and done <= 64 and progress["data"] <= 100, progress["description"]
+
+    # The failed-batches table: batch, lines, cause, attempts.
+    [table] = artifacts(srv, [sub["id"]], "failed-batches-demo-short")
+    rows = json.loads(table["data"])
+    assert [r["batch"] for r in rows] == [f"demo_short/{i:04d}" for i in range(4)]
+    assert [(r["first_line"], r["last_line"]) for r in rows] == [(1, 16), (17, 32), (33, 48),
+                                                               (49, 64)]  # fmt: skip
+    for r in rows:
+        assert r["attempts"] == 2 and "request failed after 2 attempts: HTTP 500" in r["cause"]
+
+    # The summary: this run's numbers, the partition's size, and the table one click away.
     [summary] = artifacts(srv, [runs.failing], "datagen-summary")
     [row] = json.loads(summary["data"])
     assert row["status"] == "failed" and "HTTP 500" in row["error"]
+    assert (row["input_lines"], row["accepted"], row["output_tokens"]) == (64, 0, 0)
+    assert row["error"].startswith(f"[4 failed batches]({srv.api.removesuffix('/api')}"
+                                   f"/artifacts/artifact/{table['id']}): ")  # fmt: skip
+
+    # The same from the command line.
+    out = datagen_cli(srv, "failures", runs.failing)
+    assert "4 failed batches:" in out
+    assert re.search(r"demo_short/0002\t33-48\t2\tline \d+: request failed after 2 attempts: "
+                     r"HTTP 500", out), out  # fmt: skip

@@ -1,0 +1,184 @@
+"""What the command line asks the Prefect API: a run's failed batches, the alarm automation.
+
+``eagle3-datagen failures [FLOW_RUN]`` reads the failed-batches tables the partition subflows
+write (and, for a partition still running or one that crashed before writing its table, the
+failed batch task runs' own messages). ``eagle3-datagen alarm install --block NAME`` creates
+the throughput automation from ``deployments/automations/throughput-low.yaml`` with a named
+notification block, so no placeholder id ever reaches the server.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import yaml
+from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+    FlowFilter,
+    FlowFilterName,
+    FlowRunFilter,
+    FlowRunFilterId,
+    FlowRunFilterName,
+    FlowRunFilterParentFlowRunId,
+    FlowRunFilterParentTaskRunId,
+    TaskRunFilter,
+    TaskRunFilterName,
+    TaskRunFilterState,
+    TaskRunFilterStateType,
+)
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.sorting import FlowRunSort
+from prefect.events.schemas.automations import AutomationCore
+
+from eagle3_datagen.errors import ConfigError
+from eagle3_datagen.report.ui import FAILED_BATCHES_PREFIX
+
+PARENT_FLOWS = ["eagle3-datagen", "eagle3-datagen-fanout"]
+ALARM_FILE = Path(__file__).resolve().parents[1] / "deployments/automations/throughput-low.yaml"
+
+
+async def _find_run(client: PrefectClient, ref: str | None) -> FlowRun:
+    """A flow run by id or name; without one, the latest top-level run of the pipeline."""
+    if ref:
+        try:
+            return await client.read_flow_run(UUID(ref))
+        except ValueError:
+            pass
+        runs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[ref])), limit=2
+        )
+        if not runs:
+            raise ConfigError(f"no flow run with id or name {ref!r}")
+        return runs[0]
+    runs = await client.read_flow_runs(
+        flow_filter=FlowFilter(name=FlowFilterName(any_=PARENT_FLOWS)),
+        flow_run_filter=FlowRunFilter(
+            parent_task_run_id=FlowRunFilterParentTaskRunId(is_null_=True)
+        ),
+        sort=FlowRunSort.EXPECTED_START_TIME_DESC,
+        limit=1,
+    )
+    if not runs:
+        raise ConfigError("no eagle3-datagen flow run on this Prefect server")
+    return runs[0]
+
+
+async def _descendants(client: PrefectClient, run: FlowRun) -> list[FlowRun]:
+    """The run and every flow run under it (partition subflows; fan-out jobs and theirs)."""
+    found, frontier = [run], [run.id]
+    while frontier:
+        children = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier)
+            )
+        )
+        found += children
+        frontier = [c.id for c in children]
+    return found
+
+
+async def failed_batches(ref: str | None) -> tuple[FlowRun, list[dict[str, Any]]]:
+    """The run and its failed batches: rows of the failed-batches tables, then any failed
+    batch task whose partition wrote no table (``cause`` from the task run's state message)."""
+    async with get_client() as client:
+        run = await _find_run(client, ref)
+        runs = await _descendants(client, run)
+        ids = [r.id for r in runs]
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=ids),
+                key=ArtifactFilterKey(like_=f"{FAILED_BATCHES_PREFIX}-"),
+            )
+        )
+        rows: list[dict[str, Any]] = []
+        for artifact in artifacts:
+            data = artifact.data
+            table = json.loads(data) if isinstance(data, str) else data
+            rows += table if isinstance(table, list) else []
+        tasks = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)),
+            task_run_filter=TaskRunFilter(
+                name=TaskRunFilterName(like_="generate["),
+                state=TaskRunFilterState(type=TaskRunFilterStateType(any_=[StateType.FAILED])),
+            ),
+        )
+    seen = {row["batch"] for row in rows}
+    for task in sorted(tasks, key=lambda t: t.name):
+        label = task.name.removeprefix("generate[").removesuffix("]")
+        if label in seen:
+            continue
+        message = (task.state.message if task.state else None) or "no message"
+        rows.append({"batch": label, "first_line": None, "last_line": None,
+                     "cause": message.removeprefix(f"{task.name}: "),
+                     "attempts": task.run_count})  # fmt: skip
+    return run, sorted(rows, key=lambda r: r["batch"])
+
+
+def failures_text(run: FlowRun, rows: list[dict[str, Any]]) -> str:
+    """What ``eagle3-datagen failures`` prints: the run, then one line per failed batch."""
+    state = run.state.type.value if run.state else "UNKNOWN"
+    head = f"flow run {run.name!r} ({run.id}) {state}"
+    if run.state and run.state.message and state != "COMPLETED":
+        head += f": {' '.join(run.state.message.split())[:300]}"
+    if not rows:
+        return head + "\nno failed batches"
+    lines = [head, f"{len(rows)} failed batches:", "batch\tlines\tattempts\tcause"]
+    for row in rows:
+        first, last = row.get("first_line"), row.get("last_line")
+        span = f"{first}-{last}" if first is not None else "?"
+        lines.append(f"{row['batch']}\t{span}\t{row.get('attempts', '?')}\t{row['cause']}")
+    return "\n".join(lines)
+
+
+def automation_spec(path: Path, block_id: UUID) -> AutomationCore:
+    """The automation file with the notification block's id in every send-notification."""
+    spec = yaml.safe_load(path.read_text())
+    for action in spec.get("actions", []):
+        if action.get("type") == "send-notification":
+            action["block_document_id"] = str(block_id)
+    return AutomationCore.model_validate(spec)
+
+
+async def _block_id(client: PrefectClient, block: str) -> tuple[UUID, str]:
+    """A notification block by ``NAME`` or ``TYPE-SLUG/NAME`` (as ``prefect block ls`` shows)."""
+    slug, _, name = block.rpartition("/")
+    documents = [
+        d
+        for d in await client.read_block_documents()
+        if d.name == name and (not slug or (d.block_type and d.block_type.slug == slug))
+    ]
+    if not documents:
+        raise ConfigError(
+            f"no block named {block!r} on this Prefect server; make one first (UI: Blocks > +, "
+            "e.g. Slack Webhook), then pass its name (`prefect block ls`)"
+        )
+    if len(documents) > 1:
+        kinds = sorted(f"{d.block_type.slug}/{d.name}" for d in documents if d.block_type)
+        raise ConfigError(f"several blocks are named {name!r}: say which, one of {kinds}")
+    doc = documents[0]
+    kind = doc.block_type.slug if doc.block_type else "?"
+    if doc.block_schema is not None and "notify" not in doc.block_schema.capabilities:
+        raise ConfigError(f"block {kind}/{name} cannot send notifications")
+    return doc.id, f"{kind}/{doc.name}"
+
+
+async def install_alarm(block: str, path: Path = ALARM_FILE) -> str:
+    """Create (or update, by name) the throughput automation with ``block``; says what it did."""
+    async with get_client() as client:
+        block_id, block_name = await _block_id(client, block)
+        automation = automation_spec(path, block_id)
+        existing = await client.read_automations_by_name(automation.name)
+        if existing:
+            await client.update_automation(existing[0].id, automation)
+            return (
+                f"automation {automation.name!r} ({existing[0].id}) updated: notifies through "
+                f"{block_name}"
+            )
+        new_id = await client.create_automation(automation)
+    return f"automation {automation.name!r} ({new_id}) created: notifies through {block_name}"
