@@ -129,7 +129,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     from eagle3_datagen.validate.dataset import validate_dataset
 
-    report = validate_dataset(args.dataset, tokenizer=args.tokenizer)
+    report = validate_dataset(args.dataset, tokenizer=args.tokenizer, inputs=args.input)
     if args.json:
         print(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
@@ -218,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--tokenizer", metavar="PATH", help="tokenizer path, if it moved since the run"
     )
     validate.add_argument("--json", action="store_true", help="print the report as JSON")
+    validate.add_argument(
+        "--input",
+        action="store_true",
+        help="also check the dataset against its input files (the paths in the manifest): "
+        "unchanged, every line once, every record's prompt the current line's",
+    )
     validate.set_defaults(func=cmd_validate)
 
     export = sub.add_parser("export", help="write a dataset as a trainer's JSONL")

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from eagle3_datagen.cli import run_pipeline
+from eagle3_datagen.cli import main, run_pipeline
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.validate.dataset import validate_dataset
 from eagle3_datagen.write.export import export_dataset
@@ -67,8 +67,9 @@ def _check_dataset(out: Path, prompts: Path, tok: Any) -> dict[str, dict[str, An
         rec = got[row["id"]]
         assert rec["prompt_ids"] == expected_prompt_ids(tok, row), f"line {line}: stale prompt"
         assert rec["source_line"] == line
-    report = validate_dataset(out)
+    report = validate_dataset(out, inputs=True)
     assert report.ok, report.lines()
+    assert main(["validate", str(out), "--input"]) == 0
     exported = export_dataset(out, "specforge", out.parent / f"{out.name}.jsonl")
     assert exported.total == len(rows)
     assert not (out / "chaos" / "_superseded").exists()
@@ -94,6 +95,10 @@ def test_every_kind_of_input_change_sends_only_what_is_not_done(
 
     def rerun(lines: list[str], expect_sent: set[str], step: str) -> dict[str, dict[str, Any]]:
         _write(prompts, lines)
+        if (out / "manifest.json").exists():  # the dataset no longer matches its input
+            stale = validate_dataset(out, inputs=True)
+            assert not stale.ok
+            assert any(f"{prompts} changed since" in p for p in stale.problems), stale.problems
         since = len(read_ledger(ledger))
         ok, result = run_pipeline(config)
         assert ok, f"{step}: {result}"

@@ -133,9 +133,13 @@ def _pcts(p: dict[str, float]) -> str:
             f"mean {p['mean']:.1f} max {p['max']:.0f}")  # fmt: skip
 
 
-def validate_dataset(root: str | Path, tokenizer: str | None = None) -> AuditReport:
+def validate_dataset(
+    root: str | Path, tokenizer: str | None = None, *, inputs: bool = False
+) -> AuditReport:
     """Re-validate every record of the dataset at ``root``; ``tokenizer`` overrides the
-    recorded tokenizer path (it must have the same vocabulary and special tokens)."""
+    recorded tokenizer path (it must have the same vocabulary and special tokens). With
+    ``inputs``, also check the dataset against its input files as they are now
+    (:mod:`.inputs`)."""
     ds = DatasetDir(root)
     ids = ds.token_ids(tokenizer)
     policy = ds.policy
@@ -145,6 +149,13 @@ def validate_dataset(root: str | Path, tokenizer: str | None = None) -> AuditRep
         report.problems.append(f"{ds.manifest_path}: run status is {status!r}, not 'completed'")
     for name in ds.partitions():
         report.partitions.append(_audit_partition(ds, name, ids, policy))
+    if inputs:
+        from eagle3_datagen.validate.inputs import check_inputs
+
+        tok = ds.load_tokenizer(tokenizer)
+        tok.chat_template_kwargs = dict(ds.content.get("chat_template_kwargs") or {})
+        for problems in check_inputs(ds, tok).values():
+            report.problems.extend(problems)
     return report
 
 

@@ -1,0 +1,101 @@
+"""Check a finished dataset against its input files (``eagle3-datagen validate DIR --input``).
+
+The manifest records each partition's input (path, size, SHA-256, lines). This reads each input
+as it is now and says whether the dataset still describes it: the file is the one recorded;
+every line is in the dataset exactly once (a record or a reject, on its line, with its id); and
+every record's ``prompt_ids`` are the current line rendered again with the dataset's tokenizer
+and chat template. A dataset made from an input that has changed since is reported with the
+first line that differs, so the user knows a rerun is due (it sends only what changed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from eagle3_datagen.errors import DatagenError
+from eagle3_datagen.inputs.prompts import Prompt, parse_prompt, read_batch
+from eagle3_datagen.inputs.scan import scan_input
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
+from eagle3_datagen.write.dataset_dir import DatasetDir, iter_rows
+
+MAX_PROBLEMS = 20  # per partition; the count is always given
+
+
+def check_inputs(ds: DatasetDir, tokenizer: ChatTokenizer) -> dict[str, list[str]]:
+    """Problems per partition (empty lists when the dataset matches its inputs)."""
+    return {name: _check_partition(ds, name, tokenizer) for name in ds.partitions()}
+
+
+def _check_partition(ds: DatasetDir, name: str, tokenizer: ChatTokenizer) -> list[str]:
+    entry = ds.manifest_entry(name) or {}
+    recorded: dict[str, Any] = entry.get("input") or {}
+    where = f"partition {name!r}"
+    if not recorded.get("path"):
+        return [f"{where}: the manifest records no input (made by an older version?)"]
+    path = Path(str(recorded["path"]))
+    batch_size = int(ds.content.get("batch_size") or 0) or max(1, int(recorded.get("lines", 1)))
+    try:
+        scan = scan_input(name, path, batch_size)
+    except DatagenError as err:
+        return [f"{where}: {err}"]
+    problems: list[str] = []
+    now = scan.info
+    if (now.size, now.sha256, now.lines) != (
+        recorded.get("size"),
+        recorded.get("sha256"),
+        recorded.get("lines"),
+    ):
+        problems.append(
+            f"{where}: {path} changed since the dataset was made ({recorded.get('lines')} lines, "
+            f"sha256 {str(recorded.get('sha256'))[:12]} then; {now.lines} lines, sha256 "
+            f"{now.sha256[:12]} now): rerun the pipeline to bring the dataset up to date"
+        )
+
+    # Every line once, on its line, with its id; every record the current render of its line.
+    shards, _ = ds.shards(name)
+    seen: dict[int, tuple[str | None, list[int] | None]] = {}
+    twice: list[int] = []
+    for shard in shards:
+        rows = list(iter_rows(shard.path, ("id", "prompt_ids", "source_line")))
+        if shard.rejects_path is not None:
+            rows += [
+                {**r, "prompt_ids": None}
+                for r in iter_rows(shard.rejects_path, ("id", "source_line"))
+            ]
+        for row in rows:
+            line = int(row["source_line"])
+            if line in seen:
+                twice.append(line)
+            seen[line] = (row["id"], row["prompt_ids"])
+    mismatched: list[str] = []
+    missing: list[int] = []
+    for spec in scan.batches:
+        prompts: list[Prompt] = []
+        for line, raw in read_batch(spec):
+            if line not in seen:
+                missing.append(line)
+                continue
+            parsed = parse_prompt(raw, line)
+            if isinstance(parsed, Prompt):
+                prompts.append(parsed)
+        rendered = tokenizer.render(prompts) if prompts else []
+        for prompt, ids in zip(prompts, rendered, strict=True):
+            got_id, got_ids = seen[prompt.line]
+            if got_id != prompt.id:
+                mismatched.append(f"line {prompt.line}: id {got_id!r} in the dataset, "
+                                  f"{prompt.id!r} in the input")  # fmt: skip
+            elif got_ids is not None and not isinstance(ids, RenderError) and got_ids != ids:
+                mismatched.append(f"line {prompt.line} (id {prompt.id!r}): the record's "
+                                  "prompt_ids are not this line's prompt")  # fmt: skip
+    extra = sorted(line for line in seen if line > now.lines)
+    for count, what, examples in (
+        (len(missing), "input lines are not in the dataset", [f"line {x}" for x in missing]),
+        (len(twice), "input lines are in the dataset twice", [f"line {x}" for x in twice]),
+        (len(extra), "dataset rows point past the end of the input", [f"line {x}" for x in extra]),
+        (len(mismatched), "dataset rows do not match the current input", mismatched),
+    ):
+        if count:
+            shown = "; ".join(examples[:3])
+            problems.append(f"{where}: {count} {what} (first: {shown})")
+    return problems[:MAX_PROBLEMS]
