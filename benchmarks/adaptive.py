@@ -187,6 +187,21 @@ async def bench_profile(w: Workload, interval_s: float, statics: tuple[int, ...]
     }
 
 
+def measure(scale: float = 1.0, interval_s: float = 0.02) -> dict[str, Any]:
+    """Every profile's sweep and auto run (what ``run_all`` reports as figure (e))."""
+    out = []
+    for w in WORKLOADS.values():
+        if scale < 1:  # smoke runs: one profile, two static values, a short window
+            f = max(scale, 0.05)
+            w = Workload(**{**w.__dict__, "prompts": max(1000, round(w.prompts * f)),
+                            "warmup_sim_s": w.warmup_sim_s * f, "end_sim_s": w.end_sim_s * f,
+                            "statics": (32, w.seed_static)})  # fmt: skip
+        out.append(run_async(bench_profile(w, interval_s, w.statics)))
+        if scale < 1:
+            break
+    return {"profiles": out, "interval_s": interval_s}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--profiles", default=",".join(WORKLOADS))

@@ -13,6 +13,7 @@ Parts (each module's docstring says exactly what it measures):
   (b) utilization:     slot utilization, partitions side by side vs one after another
   (c) memory:          peak RSS with 10k and 1M prompts in one partition
   (d) tokenize_rate:   ChatTokenizer.render vs per-prompt apply_chat_template
+  (e) adaptive:        concurrency auto vs a sweep of static values, per emulator physics profile
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import client_overhead, memory, tokenize_rate, utilization
+from benchmarks import adaptive, client_overhead, memory, tokenize_rate, utilization
 
 
 @dataclass
@@ -79,14 +80,14 @@ def sizes(quick: bool, scale: float) -> dict[str, Any]:
             "b": utilization.Scenario(decode_ms=0.5, prompts=(n(1500), n(1000), n(500)),
                                       budget_prompts=(n(1500), n(500))),
             "c_small": n(10_000), "c_big": n(200_000),
-            "d_prompts": n(500),
+            "d_prompts": n(500), "e_scale": scale,
         }  # fmt: skip
     return {
         "a_prompts": n(10_000), "a_repeats": 3, "a_flow_prompts": n(2560),
         "b": utilization.Scenario(prompts=(n(4500), n(3000), n(1500)),
                                   budget_prompts=(n(6000), n(2000))),
         "c_small": n(10_000), "c_big": n(1_000_000),
-        "d_prompts": n(2000),
+        "d_prompts": n(2000), "e_scale": scale,
     }  # fmt: skip
 
 
@@ -141,6 +142,23 @@ def figures(r: dict[str, Any]) -> list[Figure]:
                           ">= 2x", sp >= 2.0,
                           "" if sp >= 2 else "the chat template (Jinja, per prompt) dominates "
                           "both sides; batching only speeds up the encoding"))  # fmt: skip
+    e = r.get("e")
+    if e:
+        for prof in e["profiles"]:
+            ratio, seed = prof["auto_vs_best"], prof["auto_vs_seed"]
+            ok = ratio >= 0.97
+            value = (f"{ratio:.3f}x best static ({prof['best_static']}); "
+                     f"{seed:.2f}x the seed's {prof['seed_static']}")  # fmt: skip
+            why = (
+                ""
+                if ok
+                else (
+                    f"auto settled at {prof['auto_final_limit']} in flight with "
+                    f"{prof['auto_retracted']} retractions; the best static kept the server fuller"
+                )
+            )
+            out.append(Figure("e", f"auto / best static, {prof['profile']}", value,
+                              ">= 0.97x", ok, why))  # fmt: skip
     return out
 
 
@@ -230,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller sizes (indicative figures)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every size (tests: 0.1)")
-    p.add_argument("--only", default="abcd", help="parts to run, e.g. 'ad'")
+    p.add_argument("--only", default="abcde", help="parts to run, e.g. 'ad'")
     p.add_argument("--no-prefect", action="store_true", help="skip the Prefect flow overhead")
     p.add_argument("--json", type=Path, help="write every number to this file")
     p.add_argument("--markdown", action="store_true", help="also print the README table")
@@ -257,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         ("b", "slot utilization", lambda: utilization.measure(s["b"])),
         ("c", "peak memory", lambda: memory.measure(s["c_small"], s["c_big"])),
         ("d", "tokenization rate", lambda: tokenize_rate.measure(s["d_prompts"])),
+        ("e", "auto vs static concurrency", lambda: adaptive.measure(s["e_scale"])),
     ]  # fmt: skip
     for key, label, run in steps:
         if key not in args.only:
