@@ -332,6 +332,8 @@ class FakeScheduler:
         line = json.dumps(
             {
                 "rid": req.rid,
+                # SGLang's own warm-up sends text; the pipeline sends input_ids.
+                "from_text": bool(req.input_text),
                 "input_ids": list(req.input_ids),
                 "output_ids": output_ids,
                 "finish_reason": finish,
