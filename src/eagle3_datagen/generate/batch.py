@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import secrets
 import time
 from collections import Counter
 
@@ -26,7 +28,7 @@ from eagle3_datagen.generate.requests import GenerateClient, generate_with_retri
 from eagle3_datagen.inputs.prompts import BatchSpec, InputReject, Prompt, parse_prompt, read_batch
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
 from eagle3_datagen.sglang.budget import ServerBudget
-from eagle3_datagen.sglang.client import GenerateResult
+from eagle3_datagen.sglang.client import GenerateResult, request_id
 from eagle3_datagen.sglang.preflight import length_rejection
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
 from eagle3_datagen.validate.tokens import TokenIds, validate_output
@@ -54,6 +56,7 @@ class PartitionRunner:
         duplicates: dict[int, int] | None = None,
         supervisor: ServerSupervisor | None = None,
         budget: ServerBudget | None = None,
+        run_id: str | None = None,
         reuse: ReusePool | None = None,
     ) -> None:
         self.config = config
@@ -72,12 +75,17 @@ class PartitionRunner:
         self.reuse = reuse or ReusePool()  # results of superseded batches, by prompt key
         self.semaphore = asyncio.Semaphore(self.tier.in_flight_cap)
         self.sampling = config.sampling.to_sglang(self.tier.max_tokens, list(ids.stop_ids))
+        # In every rid, with a token per run of a batch: a batch retried, or another run, never
+        # sends a rid SGLang still holds (it answers 400 to one).
+        self.run_id = run_id or secrets.token_hex(4)
+        self._batch_run: dict[int, str] = {}
         self.progress = Progress()
 
     async def run_batch(self, spec: BatchSpec) -> BatchSummary:
         """Process one batch end to end, or return its summary if it was committed before."""
         self.raise_if_server_lost()
         self.progress.attempt(spec.index)
+        self._batch_run[spec.index] = f"{self.run_id}-{secrets.token_hex(2)}"
         done = self.output.committed(spec.index, spec.key)
         if done is not None:
             self.progress.batch_skipped(done.lines)
@@ -297,12 +305,17 @@ class PartitionRunner:
         A 4xx is the prompt's fault and becomes a reject. When the tries run out, or the
         server is gone for good, the batch fails (Prefect retries the batch).
         """
+        sampling = self.sampling
+        if (seed := self.config.sampling.request_seed(prompt.id)) is not None:
+            sampling = {**sampling, "sampling_seed": seed}  # one seed per prompt
         try:
             result = await generate_with_retries(
                 self.client,
                 prompt_ids,
-                self.sampling,
-                rid=f"{self.partition.name}:{prompt.line}",
+                sampling,
+                rid=functools.partial(
+                    request_id, self._batch_run[index], self.partition.name, prompt.line
+                ),
                 policy=self.config.retries,
                 reserve_tokens=len(prompt_ids) + self.tier.max_tokens,
                 slots=self.semaphore,
