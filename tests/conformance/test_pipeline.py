@@ -79,3 +79,23 @@ def test_attach_run_is_token_exact_and_resumes_after_restart(
         assert len(_generation_answers(app2)) == sent_before, "the rerun sent prompts again"
     finally:
         app2.stop()
+
+
+def test_two_runs_never_reuse_a_rid(tmp_path: Path, prefect_backend: None) -> None:
+    """SGLang refuses a rid it still holds (tokenizer_manager.py:3833-3837), so rids must be
+    unique per run: two runs of the same prompts (two output dirs) share none."""
+    app = RealAppProcess(tmp_path).wait_ready()
+    try:
+        config = _config(tmp_path, app.url)
+        assert CliRun(config, tmp_path / "a.log").wait() == 0
+        first = {a["rid"] for a in _generation_answers(app)}
+        cfg = yaml.safe_load(config.read_text())
+        cfg["output_dir"] = str(tmp_path / "out-2")
+        config.write_text(yaml.safe_dump(cfg))
+        assert CliRun(config, tmp_path / "b.log").wait() == 0
+        second = {a["rid"] for a in _generation_answers(app)} - first
+        reused = first & {a["rid"] for a in _generation_answers(app)[len(first) :]}
+    finally:
+        app.stop()
+    assert second, "the second run sent nothing"
+    assert not reused, f"rids reused across runs: {sorted(reused)[:5]}"
