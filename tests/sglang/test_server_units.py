@@ -16,10 +16,10 @@ from eagle3_datagen.sglang.launch_command import (
     resolve_api_key,
 )
 from eagle3_datagen.sglang.orphans import ServerRecord, pidfile_path, read_record, write_record
-from eagle3_datagen.sglang.preflight import ServerFacts, is_secret_name, sanitize
+from eagle3_datagen.sglang.preflight import ServerFacts, sanitize
 from eagle3_datagen.sglang.process import server_log_path, server_state_dir
+from eagle3_datagen.sglang.redact import is_secret_name, redact_text
 from eagle3_datagen.sglang.redact import redact_argv as redacted
-from eagle3_datagen.sglang.redact import redact_text
 
 PY = "/usr/bin/python3"
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from eagle3_datagen.errors import PreflightError, RejectedRequestError, RequestE
 from eagle3_datagen.generate.requests import generate_with_retries
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.health import LogSink
-from eagle3_datagen.sglang.redact import redact_text
+from eagle3_datagen.sglang.redact import is_secret_name, redact_text
 
 _default_log = logging.getLogger(__name__)
 
@@ -44,19 +43,6 @@ SMOKE_MAX_NEW_TOKENS = 1
 # SGLang derives max_req_input_len = min(context_len - 1, pool - 1) - 5 (scheduler.py;
 # docs/sglang-api.md section 4).
 _REQ_INPUT_MARGIN = 6
-
-# Key-name parts that mark a secret. "token" only as a whole word: max_total_num_tokens,
-# tokenizer_path and skip_tokenizer_init are facts, hf_token/auth_token are secrets.
-_SECRET_SUBSTRINGS = ("key", "secret", "password", "passwd", "credential")
-_SECRET_WORDS = frozenset({"token", "auth"})
-
-
-def is_secret_name(name: str) -> bool:
-    """True for a server-arg name whose value may be a secret (api_key, hf_token, ...)."""
-    lowered = name.lower()
-    if any(s in lowered for s in _SECRET_SUBSTRINGS):
-        return True
-    return any(word in _SECRET_WORDS for word in re.split(r"[_\-.]", lowered))
 
 
 def sanitize(value: Any, secrets: tuple[str, ...] = ()) -> Any:
