@@ -73,6 +73,9 @@ _EMU_FLAGS: list[tuple[str, Any, Any, str]] = [
     ("--emu-mean-output-tokens", float, 200.0, "mean natural output length (lognormal)"),
     ("--emu-max-output-tokens", int, 16384, "cap of the natural output length"),
     ("--emu-output-sigma", float, 1.0, "lognormal sigma of output lengths (the long tail)"),
+    ("--emu-output-by-max-new", str, None, "benchmarks: mean natural output length by the "
+     "request's max_new_tokens, 'MAX:MEAN,...' (one server serving tiers with different "
+     "lengths); other requests use --emu-mean-output-tokens"),
     ("--emu-tool-call-rate", float, 0.5, "chance of a tool-call section when tools are declared"),
     ("--emu-max-total-tokens", int, None, "KV pool size reported as max_total_num_tokens; "
      "None means 4 x context length"),
@@ -164,6 +167,7 @@ class EmulatorArgs:
     emu_mean_output_tokens: float
     emu_max_output_tokens: int
     emu_output_sigma: float
+    emu_output_by_max_new: str | None
     emu_tool_call_rate: float
     emu_max_total_tokens: int | None
     emu_ledger: str | None
@@ -217,6 +221,20 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def output_by_max_new(spec: str) -> dict[int, float]:
+    """``'1024:300,4096:1000'`` -> ``{1024: 300.0, 4096: 1000.0}`` (max_new_tokens -> mean)."""
+    out: dict[int, float] = {}
+    for part in filter(None, spec.split(",")):
+        max_new, sep, mean = part.strip().partition(":")
+        try:
+            out[int(max_new)] = float(mean)
+        except ValueError:
+            raise ValueError(f"{part!r} is not MAX_NEW_TOKENS:MEAN") from None
+        if not sep or out[int(max_new)] <= 0:
+            raise ValueError(f"{part!r} is not MAX_NEW_TOKENS:MEAN with MEAN > 0")
+    return out
+
+
 def parse_args(argv: list[str] | None = None) -> EmulatorArgs:
     """Parse known flags; warn about the rest instead of failing like SGLang would not."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -225,6 +243,11 @@ def parse_args(argv: list[str] | None = None) -> EmulatorArgs:
     rates = [getattr(ns, f[2:].replace("-", "_")) for f in FAULT_RATE_FLAGS]
     if any(r < 0 for r in rates) or sum(rates) > 1.0 + 1e-9:
         parser.error("--emu-fault-*-rate values must be >= 0 and sum to at most 1")
+    if ns.emu_output_by_max_new is not None:
+        try:
+            output_by_max_new(ns.emu_output_by_max_new)
+        except ValueError as err:
+            parser.error(f"--emu-output-by-max-new: {err}")
     if ns.emu_physics is not None:
         from sglang_emulator.physics import PROFILES
 

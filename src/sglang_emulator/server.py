@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from sglang_emulator.args import SGLANG_VERSION, EmulatorArgs
+from sglang_emulator.args import SGLANG_VERSION, EmulatorArgs, output_by_max_new
 from sglang_emulator.errors import (
     ApiError,
     ServiceError,
@@ -78,6 +78,17 @@ class Emulator:
             sigma=args.emu_output_sigma,
             tool_call_rate=args.emu_tool_call_rate,
         )
+        # --emu-output-by-max-new: one model per tier length, chosen by max_new_tokens.
+        self.models_by_max_new = {
+            max_new: FakeModel(
+                vocab,
+                mean_output_tokens=mean,
+                max_output_tokens=args.emu_max_output_tokens,
+                sigma=args.emu_output_sigma,
+                tool_call_rate=args.emu_tool_call_rate,
+            )
+            for max_new, mean in output_by_max_new(args.emu_output_by_max_new or "").items()
+        }
         context = args.context_length or vocab.meta.context_length
         profile = PROFILES[args.emu_physics] if args.emu_physics else None
         max_total = args.emu_max_total_tokens or (
@@ -387,7 +398,8 @@ class Emulator:
         return None
 
     def _run_now(self, item: Item, fault: FaultKind | None) -> Result:
-        result = run_item(item, self.model, self.vocab)
+        model = self.models_by_max_new.get(item.sampling.max_new_tokens or 0, self.model)
+        result = run_item(item, model, self.vocab)
         if fault == "abort":
             keep = self.faults.abort_keep(item.digest, len(result.output_ids))
             result = truncate(result, keep, self.vocab, item.sampling, ABORTED)

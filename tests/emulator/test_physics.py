@@ -81,3 +81,24 @@ def test_metrics_only_with_enable_metrics_and_v1_loads_always(
     assert emu.client.get("/metrics").status_code == 404
     loads = emu.client.get("/v1/loads").json()["loads"][0]
     assert loads["num_running_reqs"] == 0 and loads["num_waiting_reqs"] == 0
+
+
+def test_output_length_follows_the_requests_max_new_tokens(emu_factory: EmulatorFactory) -> None:
+    """--emu-output-by-max-new: one server serves tiers with different mean output lengths."""
+    emu = emu_factory.start(
+        "--emu-output-by-max-new", "1000:50,8000:2000", "--emu-mean-output-tokens", "400",
+        "--emu-output-sigma", "0.3",
+    )  # fmt: skip
+    vocab = Vocab(TOKENIZER_DIR)
+
+    def mean_len(max_new: int) -> float:
+        sp = {"max_new_tokens": max_new}
+        bodies = [{"input_ids": make_prompt(vocab, 50, i), "sampling_params": sp}
+                  for i in range(40)]  # fmt: skip
+        out, _ = asyncio.run(_send(emu.url, bodies))
+        return sum(len(r["output_ids"]) for r in out) / len(out)
+
+    short, long, other = mean_len(1000), mean_len(8000), mean_len(3000)
+    assert 30 < short < 80, short
+    assert 1500 < long < 2600, long
+    assert 250 < other < 600, other
