@@ -96,7 +96,9 @@ async def generate_partition(
         run = RunContext.standalone(config)
         logger.info(f"{partition}: standalone run: no server supervisor")
     tier = config.tier(config.partition(partition).tier)
-    plan = plan_partition(config, partition)
+    # Off the event loop: loading the tokenizer and scanning the input take seconds, and the
+    # other partitions' subflows start on this loop meanwhile (side by side, not in turn).
+    plan = await asyncio.to_thread(plan_partition, config, partition)
     output = PartitionOutput(config.output_dir, partition)
     logger.info(
         partition_plan_line(

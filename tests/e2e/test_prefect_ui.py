@@ -178,8 +178,11 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
     spans = [(datetime.fromisoformat(sub["start_time"]), datetime.fromisoformat(sub["end_time"]))
              for sub in subs.values()]  # fmt: skip
     overlap = (min(e for _, e in spans) - max(s for s, _ in spans)).total_seconds()
-    print(f"subflow spans {spans}, overlap {overlap:.1f} s")
-    assert overlap > 0, spans
+    gap = abs((spans[0][0] - spans[1][0]).total_seconds())
+    print(f"subflow spans {spans}, start gap {gap:.1f} s, overlap {overlap:.1f} s")
+    # One partition's planning (tokenizer, input scan) used to block the loop the other's
+    # subflow starts on: 8 s apart on this 2-core machine with three runs at once.
+    assert overlap > 0 and gap < 4, spans
 
     # One progress artifact per partition, at 100% with the progress line as its description.
     line_tok_s = {}
