@@ -104,7 +104,7 @@ def test_every_kind_of_input_change_sends_only_what_is_not_done(
         assert ok, f"{step}: {result}"
         rows = [json.loads(line) for line in lines]
         by_line = {str(i): r["id"] for i, r in enumerate(rows, start=1)}
-        sent = {by_line[rid.split(":")[1]] for rid in _generation_rids(ledger, since)}
+        sent = {by_line[rid.split(":")[-2]] for rid in _generation_rids(ledger, since)}
         assert sent == expect_sent, f"{step}: sent {sorted(sent)}, expected {sorted(expect_sent)}"
         return _check_dataset(out, prompts, hf_tokenizer)
 
@@ -177,6 +177,6 @@ def test_a_kill_after_the_input_changed_resumes_exactly(
     rows = [json.loads(line) for line in lines]
     sent = _generation_rids(ledger, base)
     # Only the 41 new or edited prompts were ever sent; at most what was in flight twice.
-    sent_ids = {rows[int(rid.split(":")[1]) - 1]["id"] for rid in sent}
+    sent_ids = {rows[int(rid.split(":")[-2]) - 1]["id"] for rid in sent}
     assert sent_ids == {r["id"] for r in rows[:40]} | {"p0000030"}
     assert len(sent) - len(sent_ids) <= 8

@@ -108,7 +108,7 @@ def test_sigkill_at_five_points_resumes_to_the_uninterrupted_dataset(
         assert got[pid]["output_ids"] == reference[pid]["output_ids"]
     # Only what was in flight at each kill was sent twice.
     sent = [e for e in read_ledger(ledger)[base:] if not e["rid"].startswith("preflight")]
-    lines = [e["rid"].split(":")[1] for e in sent]
+    lines = [e["rid"].split(":")[-2] for e in sent]  # rid ends in line:attempt
     resent = len(lines) - len(set(lines))
     assert kills == 5
     assert resent <= kills * concurrency, f"{resent} requests re-sent for {kills} kills"
