@@ -432,6 +432,32 @@ class Partition(_Model):
         title="Input file", description="Prompts file: JSONL (one prompt per line) or Parquet."
     )
     tier: str = Field(title="Tier", description="Name of a tier defined in `tiers`.")
+    regenerate: Literal["last", "all_turns"] = Field(
+        title="Turns to regenerate",
+        default="last",
+        description="'last': the last assistant turn, on the data's history. 'all_turns': every "
+        "assistant turn in order, each on the model's own earlier turns (one record per turn; a "
+        "conversation stops where the model's tool calls differ from the data's).",
+    )
+    samples: int = Field(
+        title="Samples per prompt",
+        default=1,
+        ge=1,
+        le=1024,
+        description="Conversations generated per input line, each its own records (id suffix "
+        "#s<n>, column sample).",
+    )
+    temperatures: list[Annotated[float, Field(ge=0.0, allow_inf_nan=False)]] | None = Field(
+        title="Temperatures",
+        default=None,
+        min_length=1,
+        description="Cycled over the samples (sample n gets temperatures[n % len]); empty: "
+        "sampling.temperature for every sample.",
+    )
+
+    def temperature(self, sample: int, default: float) -> float:
+        """The temperature of sample ``sample``."""
+        return self.temperatures[sample % len(self.temperatures)] if self.temperatures else default
 
     @field_validator("name")
     @classmethod

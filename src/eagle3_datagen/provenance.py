@@ -1,7 +1,8 @@
 """Where a dataset came from: the run fingerprint stored in the manifest and in every shard.
 
-``content`` holds what decides the tokens (model, tokenizer, template, sampling, tiers, and the
-server settings in :data:`CONTENT_SERVER_ARGS`); two runs may share an output directory only if
+``content`` holds what decides the tokens (model, tokenizer, template, sampling, tiers, the
+turns and samples each partition generates, and the server settings in
+:data:`CONTENT_SERVER_ARGS`); two runs may share an output directory only if
 it is equal, so a rerun, a resume after a server restart or another node of a fan-out must
 produce the same ``content``. ``run`` holds what describes this particular run (time, URL,
 versions, every server arg) and may differ.
@@ -88,6 +89,16 @@ def build_fingerprint(
         "special_tokens": config.special_tokens.model_dump(),
         "validation": config.validation.model_dump(),
         "tiers": {p.name: config.tier(p.tier).model_dump() for p in config.partitions},
+        # Which turns and how many samples each line gives: a marker committed under other
+        # values would count as done (and the record columns came with them).
+        "generation": {
+            p.name: {
+                "regenerate": p.regenerate,
+                "samples": p.samples,
+                "temperatures": p.temperatures,
+            }
+            for p in config.partitions
+        },
         "batch_size": config.batch_size,
         "server": {k: server_args.get(k) for k in CONTENT_SERVER_ARGS},
     }

@@ -20,6 +20,9 @@ from sglang_emulator.vocab import Vocab, pack_int32
 ThinkingMode = Literal["open", "closed", "absent"]
 
 _NAME_RE = re.compile(r'"name"\s*:\s*"([^"]+)"')
+# A test's script for the model: ``[[call NAME {json args}]]`` in the message right before the
+# generation prompt makes the model call exactly these tools (see FakeModel.scripted_calls).
+_CALL_RE = re.compile(r"\[\[call ([A-Za-z_][\w.-]*) (\{.*?\})\]\]", re.DOTALL)
 _TS_FUNC_RE = re.compile(r"\bfunction\s+([A-Za-z_][\w.-]*)|\btype\s+([A-Za-z_][\w.-]*)\s*=")
 _CACHE_LIMIT = 1024
 # Ordinary text is sliced out of one pre-shuffled table of word ids: a slice is C-speed, while
@@ -49,6 +52,14 @@ def _find_id(packed: bytes, needle: bytes, start: int) -> int:
     pos = packed.find(needle, 4 * start)
     while pos >= 0 and pos & 3:
         pos = packed.find(needle, pos + 1)
+    return pos >> 2 if pos >= 0 else -1
+
+
+def _rfind_id(packed: bytes, needle: bytes, end: int) -> int:
+    """Index of the last id equal to ``needle`` before index ``end``, or -1."""
+    pos = packed.rfind(needle, 0, 4 * end)
+    while pos >= 0 and pos & 3:
+        pos = packed.rfind(needle, 0, pos)
     return pos >> 2 if pos >= 0 else -1
 
 
@@ -214,7 +225,10 @@ class FakeModel:
             reasoning = max(1, round(total * rng.uniform(0.4, 0.85)))
             answer = max(1, total - reasoning)
         calls = 0
-        if shape.tools and rng.random() < self.tool_call_rate:
+        scripted = self.scripted_calls(input_ids, packed)
+        if scripted:
+            answer = rng.randint(0, min(answer, 24))
+        elif shape.tools and rng.random() < self.tool_call_rate:
             calls = rng.randint(1, 3)
             answer = rng.randint(0, min(answer, 24))
 
@@ -226,13 +240,58 @@ class FakeModel:
             out.append(sp["think_end"])
         if len(out) < limit:
             out += self._ordinary(rng, min(answer, limit - len(out)))
-        if calls and len(out) < limit:
+        if scripted and len(out) < limit:
+            out += self._scripted_section(scripted)
+        elif calls and len(out) < limit:
             out += self._tool_section(rng, shape.tools, calls)
         if self.end_id is not None:
             out.append(self.end_id)
         if len(out) < limit:
             out += self._ordinary(rng, limit - len(out))
         return out[:limit]
+
+    def scripted_calls(
+        self, input_ids: list[int], packed: bytes | None = None
+    ) -> list[tuple[str, str]]:
+        """The calls ``[[call NAME {json}]]`` in the last message before the generation prompt
+        asks for, as ``(name, arguments)``; none when it has no such text.
+
+        Why: a test of multi-turn regeneration must make the model's tool call agree with the
+        data's, or differ from it, at will. Only the message right before the generation prompt
+        counts, so an earlier turn's request is not repeated after its tool result.
+        """
+        sp = self.sp
+        keys = ("im_assistant", "im_end", "tool_call_begin")
+        if any(k not in sp for k in keys) or not input_ids:
+            return []
+        if packed is None:
+            packed = pack_int32(input_ids)
+        gen = _rfind_id(packed, pack_int32([sp["im_assistant"]]), len(input_ids))
+        end = _rfind_id(packed, pack_int32([sp["im_end"]]), gen) if gen > 0 else -1
+        if end < 0:
+            return []
+        start = max(
+            _rfind_id(packed, pack_int32([sp[k]]), end)
+            for k in ("im_user", "im_system", "im_assistant")
+            if k in sp
+        )
+        text = self.vocab.decode(input_ids[start + 1 : end], skip_special_tokens=False)
+        if "[[call " not in text:
+            return []
+        return [(name, args) for name, args in _CALL_RE.findall(text)]
+
+    def _scripted_section(self, calls: list[tuple[str, str]]) -> list[int]:
+        """The tool-call section of :meth:`scripted_calls`: the arguments exactly as written."""
+        sp = self.sp
+        out = [sp["tool_calls_section_begin"]]
+        for idx, (name, args) in enumerate(calls):
+            out.append(sp["tool_call_begin"])
+            out += self._encode(f"functions.{name}:{idx}")
+            out.append(sp["tool_call_argument_begin"])
+            out += self.vocab.encode(args)
+            out.append(sp["tool_call_end"])
+        out.append(sp["tool_calls_section_end"])
+        return out
 
     def _tool_section(
         self, rng: random.Random, tools: tuple[ToolSpec, ...], calls: int

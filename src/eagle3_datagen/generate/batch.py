@@ -13,6 +13,8 @@ import functools
 import secrets
 import time
 from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
 
 from eagle3_datagen.config import PipelineConfig, Tier
 from eagle3_datagen.errors import (
@@ -22,6 +24,17 @@ from eagle3_datagen.errors import (
     RetriesExhaustedError,
     ServerError,
     ServerLost,
+)
+from eagle3_datagen.generate.conversation import (
+    STOP_REJECTED,
+    STOP_TOOL_CALL,
+    STOP_TRUNCATED,
+    assistant_message,
+    continue_history,
+    first_turn,
+    plan_turns,
+    record_id,
+    tool_call_divergence,
 )
 from eagle3_datagen.generate.progress import Progress
 from eagle3_datagen.generate.requests import GenerateClient, generate_with_retries
@@ -34,7 +47,7 @@ from eagle3_datagen.sglang.supervisor import ServerSupervisor
 from eagle3_datagen.validate.tokens import TokenIds, validate_output
 from eagle3_datagen.write.journal import BatchJournal, prompt_key
 from eagle3_datagen.write.records import Record, Reject
-from eagle3_datagen.write.resume import ReusePool
+from eagle3_datagen.write.resume import Prior, ReusePool
 from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
 
 
@@ -102,7 +115,10 @@ class PartitionRunner:
                 rejects.append(self._input_reject(parsed))
             else:
                 prompts.append(parsed)
-        rendered = self.tokenizer.render(prompts) if prompts else []
+        # The first turn of every line is rendered in one call (later turns depend on the
+        # model's earlier ones and are rendered as their conversation gets there).
+        firsts = [first_turn(p, self.partition.regenerate) for p in prompts]
+        rendered = self.tokenizer.render(firsts) if prompts else []
 
         jobs: list[tuple[Prompt, list[int]]] = []
         for prompt, ids in zip(prompts, rendered, strict=True):
@@ -121,66 +137,29 @@ class PartitionRunner:
             jobs.append((prompt, ids))
 
         journal = BatchJournal(self.output.journal_path(spec.index))
-        jobs, journaled, reused = self._take_earlier(jobs, journal)
-        records.extend(r for r in reused if isinstance(r, Record))
-        rejects.extend(r for r in reused if isinstance(r, Reject))
-        resent = sum(1 for p, _ in jobs if p.line not in journaled)
-        self.progress.batch_started(spec.index, spec.count - resent)
+        samples = self.partition.samples
+        earlier = _Earlier(journal, self.reuse, [
+            prompt_key(self._record_id(p, 0, n), ids) for p, ids in jobs for n in range(samples)
+        ])  # fmt: skip
+        self.progress.batch_started(spec.index, spec.count - len(jobs))
         try:
-            results = await self._generate_all(spec.index, jobs, journaled, journal)
+            outcomes = await self._run_conversations(spec.index, jobs, earlier)
         finally:
             journal.close()
-        summary.requests_sent = resent
-        for (prompt, prompt_ids), (result, error) in zip(jobs, results, strict=True):
-            if error is not None:
-                rejects.append(self._reject(prompt, "server", "server_rejected", error, prompt_ids))
-                continue
-            assert result is not None
-            verdict = validate_output(
-                prompt_ids,
-                result.output_ids,
-                finish_type=result.finish_type,
-                finish_matched=result.finish_matched,
-                prompt_tokens=result.prompt_tokens,
-                completion_tokens=result.completion_tokens,
-                ids=self.ids,
-                policy=self.config.validation,
-            )
-            if not verdict.accepted:
-                rejects.append(
-                    Reject(
-                        partition=spec.partition,
-                        source_file=spec.path,
-                        source_line=prompt.line,
-                        id=prompt.id,
-                        stage="validation",
-                        reason_code=verdict.reasons[0][0],
-                        reason=verdict.reason_text,
-                        prompt_ids=prompt_ids,
-                        output_ids=result.output_ids,
-                        finish_reason=result.finish_type,
-                    )
+        for outcome in outcomes:
+            records.extend(outcome.records)
+            rejects.extend(outcome.rejects)
+            summary.requests_sent += outcome.sent
+            if outcome.stop is not None:
+                summary.stopped += 1
+                summary.stops_by_reason[outcome.stop] = (
+                    summary.stops_by_reason.get(outcome.stop, 0) + 1
                 )
-                continue
-            records.append(
-                Record(
-                    id=prompt.id,
-                    partition=spec.partition,
-                    prompt_ids=prompt_ids,
-                    output_ids=result.output_ids,
-                    finish_reason=result.finish_type,
-                    prompt_tokens=len(prompt_ids),
-                    completion_tokens=len(result.output_ids),
-                    truncated=verdict.truncated,
-                    think_end_index=verdict.think_end_index,
-                    cached_tokens=result.cached_tokens,
-                    e2e_latency=result.e2e_latency,
-                    source_line=prompt.line,
-                    rid=result.rid,
-                )
-            )
+        summary.conversations = len(outcomes)
 
+        turns: Counter[str] = Counter()
         for record in records:
+            turns[str(record.turn)] += 1
             summary.truncated += record.truncated
             summary.prompt_tokens += len(record.prompt_ids)
             summary.output_tokens += len(record.output_ids)
@@ -188,13 +167,20 @@ class PartitionRunner:
             if record.think_end_index >= 0:
                 summary.thinking_lengths.append(record.think_end_index)
 
+        summary.records_by_turn = dict(turns)
         summary.accepted = len(records)
         summary.rejected = len(rejects)
         summary.rejects_by_reason = dict(Counter(r.reason_code for r in rejects))
-        if summary.accepted + summary.rejected != spec.count:
+        covered = {r.source_line for r in records} | {r.source_line for r in rejects}
+        lost = [
+            line for line in range(spec.first_line, spec.first_line + spec.count)
+            if line not in covered
+        ]  # fmt: skip
+        if lost or len(covered) != spec.count:
             raise BatchFailed(
-                f"{spec.label}: {spec.count} input lines but {summary.accepted} accepted + "
-                f"{summary.rejected} rejected; refusing to commit a batch that lost lines"
+                f"{spec.label}: {spec.count} input lines but {len(lost)} without a record or a "
+                f"reject (first: line {lost[0] if lost else '?'}); refusing to commit a batch "
+                "that lost lines"
             )
         summary.wall_s = round(time.monotonic() - t0, 3)
         summary.input_key = spec.key
@@ -212,30 +198,28 @@ class PartitionRunner:
         )
         return summary
 
-    async def _generate_all(
-        self,
-        index: int,
-        jobs: list[tuple[Prompt, list[int]]],
-        journaled: dict[int, GenerateResult],
-        journal: BatchJournal,
-    ) -> list[tuple[GenerateResult | None, str | None]]:
-        """Run the batch's requests not already journaled; journal each result as it arrives.
+    async def _run_conversations(
+        self, index: int, jobs: list[tuple[Prompt, list[int]]], earlier: _Earlier
+    ) -> list[_Outcome]:
+        """Every conversation of the batch (each line, each sample) at once; the turns of one
+        conversation one after another. A line counts as done when all its samples are.
 
         If one request fails for good, the others are cancelled and the batch fails; what
         finished stays in the journal for the retry.
         """
+        samples = self.partition.samples
+        left = {prompt.line: samples for prompt, _ in jobs}
 
-        async def one(prompt: Prompt, ids: list[int]) -> tuple[GenerateResult | None, str | None]:
-            if prompt.line in journaled:
-                return journaled[prompt.line], None
-            result, error = await self._generate(index, prompt, ids)
-            if result is not None:
-                journal.append(prompt_key(prompt.id, ids), result)
-            return result, error
+        async def one(prompt: Prompt, ids: list[int], sample: int) -> _Outcome:
+            outcome = await self._conversation(index, prompt, ids, sample, earlier)
+            left[prompt.line] -= 1
+            if not left[prompt.line]:
+                self.progress.line_done(index)
+            return outcome
 
         try:
             async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(one(p, ids)) for p, ids in jobs]
+                tasks = [tg.create_task(one(p, ids, n)) for p, ids in jobs for n in range(samples)]
         except BaseExceptionGroup as group:
             failed = [e for e in group.exceptions if isinstance(e, BatchFailed)]
             if failed:
@@ -247,47 +231,157 @@ class PartitionRunner:
             raise
         return [t.result() for t in tasks]
 
+    def _record_id(self, prompt: Prompt, turn: int, sample: int) -> str:
+        return record_id(
+            prompt.id,
+            turn,
+            sample,
+            turns=self.partition.regenerate == "all_turns",
+            samples=self.partition.samples,
+        )
+
+    def _sampling(self, rec_id: str, temperature: float) -> dict[str, Any]:
+        """The request's sampling: the sample's temperature, the record's own seed."""
+        sampling = self.sampling
+        if temperature != sampling["temperature"]:
+            sampling = {**sampling, "temperature": temperature}
+        if (seed := self.config.sampling.request_seed(rec_id)) is not None:
+            sampling = {**sampling, "sampling_seed": seed}  # one seed per record
+        return sampling
+
+    async def _conversation(
+        self, index: int, prompt: Prompt, first_ids: list[int], sample: int, earlier: _Earlier
+    ) -> _Outcome:
+        """One sample of one line: its turns in order, each on the model's own earlier turns
+        (generate/conversation.py). Ends at the last turn, or where a turn is rejected, cut at
+        max_tokens, or calls tools other than the data's."""
+        slots = plan_turns(prompt, self.partition.regenerate)
+        temperature = self.partition.temperature(sample, self.config.sampling.temperature)
+        out = _Outcome()
+        history = prompt.messages[: slots[0].history_end]
+        ids = first_ids
+        for pos, slot in enumerate(slots):
+            rec_id = self._record_id(prompt, slot.index, sample)
+            at = TurnAt(rec_id, slot.index, sample)
+            if pos:
+                rendered = self.tokenizer.render([Prompt(rec_id, prompt.line, history,
+                                                         prompt.tools)])[0]  # fmt: skip
+                if isinstance(rendered, RenderError):
+                    out.end(self._reject(prompt, "template", "template_error", rendered.reason,
+                                         at=at))  # fmt: skip
+                    break
+                ids = rendered
+                too_long = self._too_long(len(ids))
+                if too_long:
+                    out.end(self._reject(prompt, "input", "prompt_too_long", too_long, ids,
+                                         at=at))  # fmt: skip
+                    break
+            sampling = self._sampling(rec_id, temperature)
+            record = await self._turn(index, prompt, ids, sampling, earlier, out, at)
+            if record is None:
+                break
+            out.records.append(record)
+            if pos + 1 == len(slots):
+                break
+            if record.truncated:
+                record.stop_reason = f"{STOP_TRUNCATED}: the turn reached max_tokens"
+                out.stop = STOP_TRUNCATED
+                break
+            message, calls = assistant_message(record.output_ids, self.ids, self.tokenizer.decode)
+            diverged = tool_call_divergence(slot.data, calls)
+            if diverged is not None:
+                record.stop_reason = f"{STOP_TOOL_CALL}: {diverged}"
+                out.stop = STOP_TOOL_CALL
+                break
+            history = continue_history(
+                history, message, calls or [], slot, slots[pos + 1], prompt.messages
+            )
+        if out.stop is None and out.rejects and len(out.records) + 1 < len(slots):
+            out.stop = STOP_REJECTED
+        return out
+
+    async def _turn(
+        self,
+        index: int,
+        prompt: Prompt,
+        ids: list[int],
+        sampling: dict[str, Any],
+        earlier: _Earlier,
+        out: _Outcome,
+        at: TurnAt,
+    ) -> Record | None:
+        """One turn's record: found in what earlier runs left, or generated and validated.
+        None when the turn was rejected (the reject is in ``out``)."""
+        key = prompt_key(at.id, ids)
+        found = earlier.find(key)
+        if isinstance(found, Record):
+            return dataclasses.replace(found, source_line=prompt.line)
+        if isinstance(found, Reject):
+            out.end(dataclasses.replace(found, source_line=prompt.line,
+                                        source_file=self.partition.input))  # fmt: skip
+            return None
+        result = found
+        if result is None:
+            suffix = at.id[len(prompt.id) :]
+            result, error = await self._generate(index, prompt, ids, sampling, suffix)
+            out.sent += 1
+            if result is None:
+                out.end(self._reject(prompt, "server", "server_rejected", error or "", ids,
+                                     at=at))  # fmt: skip
+                return None
+            earlier.add(key, result)
+        verdict = validate_output(
+            ids,
+            result.output_ids,
+            finish_type=result.finish_type,
+            finish_matched=result.finish_matched,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            ids=self.ids,
+            policy=self.config.validation,
+        )
+        if not verdict.accepted:
+            out.end(
+                Reject(
+                    partition=self.partition.name,
+                    source_file=self.partition.input,
+                    source_line=prompt.line,
+                    id=at.id,
+                    stage="validation",
+                    reason_code=verdict.reasons[0][0],
+                    reason=verdict.reason_text,
+                    prompt_ids=ids,
+                    output_ids=result.output_ids,
+                    finish_reason=result.finish_type,
+                    turn=at.turn,
+                    sample=at.sample,
+                )
+            )
+            return None
+        return Record(
+            id=at.id,
+            partition=self.partition.name,
+            prompt_ids=ids,
+            output_ids=result.output_ids,
+            finish_reason=result.finish_type,
+            prompt_tokens=len(ids),
+            completion_tokens=len(result.output_ids),
+            truncated=verdict.truncated,
+            think_end_index=verdict.think_end_index,
+            cached_tokens=result.cached_tokens,
+            e2e_latency=result.e2e_latency,
+            source_line=prompt.line,
+            rid=result.rid,
+            conversation_id=prompt.id,
+            turn=at.turn,
+            sample=at.sample,
+            sampling=sampling_columns(sampling),
+        )
+
     def raise_if_server_lost(self) -> None:
         """A batch must not start once the server is gone for good (no request could succeed)."""
         if self.supervisor is not None and self.supervisor.failed:
             raise ServerLost(self.supervisor.failed)
-
-    def _take_earlier(
-        self, jobs: list[tuple[Prompt, list[int]]], journal: BatchJournal
-    ) -> tuple[list[tuple[Prompt, list[int]]], dict[int, GenerateResult], list[Record | Reject]]:
-        """Split the batch's prompts by what earlier runs left, matched by (id, prompt ids).
-
-        Returns the prompts still to validate (those to send, and those with a journaled
-        result: ``{line: result}``) and the records and rejects copied from superseded batches
-        (with the line they sit on now). Nothing is matched by line number: the input may have
-        changed since. A result found in another batch's journal is copied into this one's, so
-        it outlives that journal.
-        """
-        journaled = journal.load()
-        keys = [prompt_key(p.id, ids) for p, ids in jobs]
-        missing = [k for k in keys if k not in journaled]
-        earlier = self.reuse.take(missing) if missing and len(self.reuse) else {}
-        todo: list[tuple[Prompt, list[int]]] = []
-        by_line: dict[int, GenerateResult] = {}
-        copied: list[Record | Reject] = []
-        for (prompt, ids), key in zip(jobs, keys, strict=True):
-            found = journaled.get(key) or earlier.get(key)
-            if isinstance(found, Record):
-                copied.append(dataclasses.replace(found, source_line=prompt.line))
-                continue
-            if isinstance(found, Reject):
-                copied.append(
-                    dataclasses.replace(
-                        found, source_line=prompt.line, source_file=self.partition.input
-                    )
-                )
-                continue
-            if found is not None:
-                by_line[prompt.line] = found
-                if key not in journaled:
-                    journal.append(key, found)
-            todo.append((prompt, ids))
-        return todo, by_line, copied
 
     def _too_long(self, prompt_len: int) -> str | None:
         if self.context_length is None:
@@ -298,23 +392,28 @@ class PartitionRunner:
         return reason.removeprefix("prompt_too_long: ") if reason else None
 
     async def _generate(
-        self, index: int, prompt: Prompt, prompt_ids: list[int]
+        self,
+        index: int,
+        prompt: Prompt,
+        prompt_ids: list[int],
+        sampling: dict[str, Any],
+        suffix: str = "",
     ) -> tuple[GenerateResult | None, str | None]:
         """Send one request with the retry policy; (result, None) or (None, rejection reason).
 
         A 4xx is the prompt's fault and becomes a reject. When the tries run out, or the
         server is gone for good, the batch fails (Prefect retries the batch).
         """
-        sampling = self.sampling
-        if (seed := self.config.sampling.request_seed(prompt.id)) is not None:
-            sampling = {**sampling, "sampling_seed": seed}  # one seed per prompt
         try:
             result = await generate_with_retries(
                 self.client,
                 prompt_ids,
                 sampling,
                 rid=functools.partial(
-                    request_id, self._batch_run[index], self.partition.name, prompt.line
+                    request_id,
+                    self._batch_run[index],
+                    self.partition.name,
+                    f"{prompt.line}{suffix}",
                 ),
                 policy=self.config.retries,
                 reserve_tokens=len(prompt_ids) + self.tier.max_tokens,
@@ -325,12 +424,11 @@ class PartitionRunner:
                 on_retry=self._count_retry,
             )
         except RejectedRequestError as err:
-            self.progress.line_done(index)
             return None, str(err)
         except (ServerError, RetriesExhaustedError) as err:
             where = f"partition {self.partition.name}, line {prompt.line}"
             raise BatchFailed(f"{where}: {err}") from err
-        self.progress.line_done(index, len(result.output_ids))
+        self.progress.output_tokens += len(result.output_ids)
         return result, None
 
     def _count_retry(self) -> None:
@@ -355,14 +453,88 @@ class PartitionRunner:
         code: str,
         reason: str,
         prompt_ids: list[int] | None = None,
+        *,
+        at: TurnAt | None = None,
     ) -> Reject:
+        """A reject of the line (``at`` None) or of one turn of one of its conversations."""
         return Reject(
             partition=self.partition.name,
             source_file=self.partition.input,
             source_line=prompt.line,
-            id=prompt.id,
+            id=at.id if at is not None else prompt.id,
             stage=stage,
             reason_code=code,
             reason=reason,
             prompt_ids=prompt_ids,
+            turn=at.turn if at is not None else None,
+            sample=at.sample if at is not None else None,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class TurnAt:
+    """Which record a turn makes: its id, turn index and sample index."""
+
+    id: str
+    turn: int
+    sample: int
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """What one conversation left: its records, the reject that ended it, requests sent, and
+    why it stopped before its last turn (None: it did not)."""
+
+    records: list[Record] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    sent: int = 0
+    stop: str | None = None
+
+    def end(self, reject: Reject) -> None:
+        self.rejects.append(reject)
+
+
+class _Earlier:
+    """What earlier attempts and runs left for this batch's requests, by prompt key (the
+    record's id and its prompt ids; nothing is matched by line number, the input may have
+    changed since): this batch's journal, then the results of superseded batches. First turns
+    are looked up together (one file read per superseded shard); a later turn's prompt is only
+    known once the turn before it is, so it is looked up alone. A result found in another
+    batch's journal is copied into this one's, so it outlives that journal."""
+
+    def __init__(self, journal: BatchJournal, reuse: ReusePool, first_keys: list[int]) -> None:
+        self.journal = journal
+        self.journaled = journal.load()
+        self.reuse = reuse
+        missing = [k for k in first_keys if k not in self.journaled]
+        self.prefetched = reuse.take(missing) if missing and len(reuse) else {}
+
+    def find(self, key: int) -> Prior | None:
+        found: Prior | None = self.journaled.get(key)
+        if found is not None:
+            return found
+        if key in self.prefetched:
+            found = self.prefetched[key]
+        elif len(self.reuse):
+            found = self.reuse.take([key]).get(key)
+        if isinstance(found, GenerateResult):
+            self.add(key, found)
+        return found
+
+    def add(self, key: int, result: GenerateResult) -> None:
+        """Journal a finished result (raises OutputWriteError on a full disk)."""
+        self.journal.append(key, result)
+        self.journaled[key] = result
+
+
+def sampling_columns(sampling: dict[str, Any]) -> dict[str, Any]:
+    """The ``sampling`` column of a record: what decided its draw."""
+    return {
+        "temperature": sampling["temperature"],
+        "top_p": sampling["top_p"],
+        "top_k": sampling["top_k"],
+        "min_p": sampling["min_p"],
+        "repetition_penalty": sampling["repetition_penalty"],
+        "max_new_tokens": sampling["max_new_tokens"],
+        "sampling_seed": sampling.get("sampling_seed"),
+    }

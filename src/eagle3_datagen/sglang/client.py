@@ -75,7 +75,7 @@ class GenerateResult:
             raise RetryableRequestError(f"malformed /generate response: {err!r}") from None
 
 
-def request_id(run_id: str, partition: str, line: int, attempt: int) -> str:
+def request_id(run_id: str, partition: str, line: int | str, attempt: int) -> str:
     """The rid of one try: unique per run and attempt, so no two requests ever share one.
 
     SGLang refuses a rid it still holds (a cancelled run's request being aborted, a batch retry

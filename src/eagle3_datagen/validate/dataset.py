@@ -24,7 +24,18 @@ from eagle3_datagen.write.shards import BatchSummary
 RECORD_COLUMNS = ("id", "partition", "prompt_ids", "output_ids", "finish_reason",
                   "prompt_tokens", "completion_tokens", "truncated", "think_end_index",
                   "source_line")  # fmt: skip
+TURN_COLUMNS = ("conversation_id", "turn", "sample")  # absent from shards of older versions
 MAX_EXAMPLES = 20  # invalid records listed per partition; all are counted
+
+
+def _columns(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        names = set(pq.read_schema(path).names)
+    except (OSError, ValueError):
+        names = set()
+    return [*RECORD_COLUMNS, *(c for c in TURN_COLUMNS if c in names)]
 
 
 def check_record(
@@ -187,7 +198,11 @@ def _audit_shard(
     m = shard.marker
     b = BatchSummary(shard.partition, shard.index, m.first_line, m.lines,
                      requests_sent=m.requests_sent, wall_s=m.wall_s)  # fmt: skip
-    for row_no, row in enumerate(iter_rows(shard.path, RECORD_COLUMNS)):
+    lines: set[int] = set()
+    turns: Counter[str] = Counter()
+    for row_no, row in enumerate(iter_rows(shard.path, _columns(shard.path))):
+        lines.add(row["source_line"])
+        turns[str(row.get("turn", 0))] += 1
         v = check_record(row, shard.partition, ids, policy)
         if row["id"] in seen:
             v.fail("duplicate_id", f"id {row['id']!r} appears earlier in the partition")
@@ -205,8 +220,12 @@ def _audit_shard(
         b.output_lengths.append(len(row["output_ids"]))
         if v.think_end_index >= 0:
             b.thinking_lengths.append(v.think_end_index)
+    b.records_by_turn = dict(turns)
     if shard.rejects_path is not None:
-        codes = Counter(r["reason_code"] for r in iter_rows(shard.rejects_path, ["reason_code"]))
+        codes: Counter[str] = Counter()
+        for r in iter_rows(shard.rejects_path, ["reason_code", "source_line"]):
+            codes[r["reason_code"]] += 1
+            lines.add(r["source_line"])
         b.rejected = sum(codes.values())
         b.rejects_by_reason = dict(codes)
     if (b.accepted, b.rejected) != (m.accepted, m.rejected):
@@ -214,10 +233,14 @@ def _audit_shard(
             f"{shard.path}: holds {b.accepted} records and {b.rejected} rejects, its commit "
             f"marker says {m.accepted} and {m.rejected}"
         )
-    if m.accepted + m.rejected != m.lines:
+    missing = set(range(m.first_line, m.first_line + m.lines)) - lines
+    if missing or len(lines) != m.lines:
+        # A line gives one record or reject, or with several turns or samples several: never
+        # none, and never one of a line outside the batch.
         audit.problems.append(
-            f"{shard.path}: commit marker has {m.accepted} accepted + {m.rejected} rejected "
-            f"for {m.lines} input lines"
+            f"{shard.path}: {len(missing)} of its {m.lines} input lines have no record and no "
+            f"reject (first: line {min(missing) if missing else '?'}), or rows name lines "
+            "outside the batch"
         )
     return b
 

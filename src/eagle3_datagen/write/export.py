@@ -14,8 +14,21 @@ re-tokenized). Shards are streamed one at a time and the file appears only when 
   ``scripts/response_regeneration/script.py`` (``_sample_from_response``): ``id``,
   ``primary_id`` (the conversation key), ``input_ids``, ``loss_mask`` (``build_boundary_sample``)
   and ``metadata`` with ``idx``, ``finish_reason``, ``is_tool_call``, ``usage``, ``endpoint``,
-  ``sampling_params``; we add ``partition``, ``truncated``, ``source_line`` and the dataset's
-  ``content_sha256``. Its review-only ``text`` (a decode of ``input_ids``) is left out.
+  ``sampling_params``; we add ``partition``, ``truncated``, ``source_line``, ``turn``,
+  ``sample`` and the dataset's ``content_sha256``. Its review-only ``text`` (a decode of
+  ``input_ids``) is left out.
+
+Several turns and samples (``regenerate: all_turns``, ``samples``): every generated turn is its
+own row, its prompt the conversation so far as the model saw it, the loss on that turn's output
+only, so the loss covers every generated turn once. That is how both trainers take multi-turn
+regenerated data: speculators' regeneration writes one row per generation (``<conv>_gen<N>``,
+the conversation in ``primary_id``; PR #693), and SpecForge's
+``scripts/expand_reasoning_conversations.py`` splits a conversation into one row per assistant
+turn (``{id}#turn{k}``) trained with ``train_only_last_turn``. The speculators rows carry the
+record's own sampling in ``sampling_params`` (temperature, seed) and the conversation (the
+input line's id) in ``primary_id``. A single row holding several turns with loss on each would train
+later turns on a history whose earlier reasoning the template dropped, which is not what the
+model saw when it generated them.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import orjson
+import pyarrow.parquet as pq
 
 from eagle3_datagen.errors import DatasetError
 from eagle3_datagen.write.dataset_dir import DatasetDir, Shard, iter_rows
@@ -39,7 +53,8 @@ Row = dict[str, Any]
 _COLUMNS: dict[str, tuple[str, ...]] = {
     "specforge": ("prompt_ids", "output_ids", "truncated"),
     "speculators": ("id", "partition", "prompt_ids", "output_ids", "finish_reason", "truncated",
-                    "prompt_tokens", "completion_tokens", "source_line"),
+                    "prompt_tokens", "completion_tokens", "source_line", "conversation_id",
+                    "turn", "sample", "sampling"),
 }  # fmt: skip
 
 
@@ -87,9 +102,11 @@ def _speculators(ds: DatasetDir, tokenizer: str | None) -> Callable[[Row], Row]:
     def row_fn(row: Row) -> Row:
         input_ids, loss_mask = boundary_sample(row["prompt_ids"], row["output_ids"])
         part = row["partition"]
+        conversation = row.get("conversation_id") or row["id"]
+        per_record = {k: v for k, v in (row.get("sampling") or {}).items() if v is not None}
         return {
             "id": f"{part}/{row['id']}",  # ids are unique per partition, not across them
-            "primary_id": row["id"],
+            "primary_id": conversation,  # every turn and sample of one input line
             "input_ids": input_ids,
             "loss_mask": loss_mask,
             "metadata": {
@@ -105,12 +122,23 @@ def _speculators(ds: DatasetDir, tokenizer: str | None) -> Callable[[Row], Row]:
                     "total_tokens": row["prompt_tokens"] + row["completion_tokens"],
                 },
                 "endpoint": endpoint,
-                "sampling_params": per_partition.get(part, sampling),
+                "turn": row.get("turn", 0),
+                "sample": row.get("sample", 0),
+                "sampling_params": {**per_partition.get(part, sampling), **per_record},
                 "content_sha256": ds.content_sha256,
             },
         }
 
     return row_fn
+
+
+def _present(path: Path, columns: tuple[str, ...]) -> list[str]:
+    """The wanted columns the shard has (shards of older versions lack the turn columns)."""
+    try:
+        names = set(pq.read_schema(path).names)
+    except (OSError, ValueError):
+        return list(columns)  # iter_rows names the file and the problem
+    return [c for c in columns if c in names]
 
 
 def _committed_shards(ds: DatasetDir) -> list[Shard]:
@@ -150,7 +178,7 @@ def export_dataset(
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as fh:
             for shard in shards:
-                for row in iter_rows(shard.path, _COLUMNS[fmt]):
+                for row in iter_rows(shard.path, _present(shard.path, _COLUMNS[fmt])):
                     if skip_truncated and row["truncated"]:
                         result.skipped_truncated += 1
                         continue

@@ -41,8 +41,12 @@ def summarize(partition: str, batches: list[BatchSummary]) -> dict[str, Any]:
     reasons: Counter[str] = Counter()
     out_lens: list[int] = []
     think_lens: list[int] = []
+    stops: Counter[str] = Counter()
+    turns: Counter[str] = Counter()
     for b in batches:
+        turns.update(b.records_by_turn)
         reasons.update(b.rejects_by_reason)
+        stops.update(b.stops_by_reason)
         out_lens.extend(b.output_lengths)
         think_lens.extend(b.thinking_lengths)
     accepted = sum(b.accepted for b in batches)
@@ -61,6 +65,10 @@ def summarize(partition: str, batches: list[BatchSummary]) -> dict[str, Any]:
         "output_length": _percentiles(out_lens),
         "thinking_length": _percentiles(think_lens),
         "requests_sent": sum(b.requests_sent for b in batches),
+        "conversations": sum(b.conversations for b in batches),
+        "conversations_stopped": sum(b.stopped for b in batches),
+        "stops_by_reason": dict(sorted(stops.items())),
+        "records_by_turn": dict(sorted(turns.items(), key=lambda kv: int(kv[0]))),
     }
 
 

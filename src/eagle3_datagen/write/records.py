@@ -7,8 +7,21 @@ exactly as rendered (prompt) and as returned by the server (output), never re-en
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
+
+SAMPLING_TYPE = pa.struct(
+    [
+        pa.field("temperature", pa.float64()),
+        pa.field("top_p", pa.float64()),
+        pa.field("top_k", pa.int32()),
+        pa.field("min_p", pa.float64()),
+        pa.field("repetition_penalty", pa.float64()),
+        pa.field("max_new_tokens", pa.int32()),
+        pa.field("sampling_seed", pa.int64()),  # null: none sent
+    ]
+)
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -25,6 +38,14 @@ RECORD_SCHEMA = pa.schema(
         pa.field("e2e_latency", pa.float64()),
         pa.field("source_line", pa.int64(), nullable=False),
         pa.field("rid", pa.string(), nullable=False),
+        # Several records per input line (generate/conversation.py): the line's id, which
+        # generated turn (0-based) and which sample this is, the sampling the request had, and
+        # why the conversation stopped after this turn (null: it went on or was complete).
+        pa.field("conversation_id", pa.string(), nullable=False),
+        pa.field("turn", pa.int32(), nullable=False),
+        pa.field("sample", pa.int32(), nullable=False),
+        pa.field("sampling", SAMPLING_TYPE),
+        pa.field("stop_reason", pa.string()),
     ]
 )
 
@@ -41,6 +62,8 @@ REJECT_SCHEMA = pa.schema(
         pa.field("prompt_ids", pa.list_(pa.int32())),
         pa.field("output_ids", pa.list_(pa.int32())),
         pa.field("finish_reason", pa.string()),
+        pa.field("turn", pa.int32()),  # the generated turn and sample, for a turn's reject
+        pa.field("sample", pa.int32()),
     ]
 )
 
@@ -60,6 +83,15 @@ class Record:
     e2e_latency: float | None
     source_line: int
     rid: str
+    conversation_id: str = ""
+    turn: int = 0
+    sample: int = 0
+    sampling: dict[str, Any] | None = None
+    stop_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.conversation_id:
+            self.conversation_id = self.id
 
 
 @dataclass(slots=True)
@@ -75,6 +107,8 @@ class Reject:
     prompt_ids: list[int] | None = None
     output_ids: list[int] | None = None
     finish_reason: str | None = None
+    turn: int | None = None
+    sample: int | None = None
 
 
 def _columns(rows: list[Record] | list[Reject], schema: pa.Schema) -> pa.Table:

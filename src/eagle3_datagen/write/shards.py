@@ -93,6 +93,12 @@ class BatchSummary:
     # The batch's input key (BatchSpec.key) when it was committed: the marker counts for a
     # rerun only while the input gives the same key ("" in markers of older versions).
     input_key: str = ""
+    # Conversations run (input lines x samples, lines rejected before any request excluded)
+    # and those that stopped before their last turn, by reason (generate/conversation.py).
+    conversations: int = 0
+    stopped: int = 0
+    stops_by_reason: dict[str, int] = field(default_factory=dict)
+    records_by_turn: dict[str, int] = field(default_factory=dict)  # "0", "1", ...: records
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BatchSummary:
