@@ -41,7 +41,7 @@ def make_config(
     partitions: list[tuple[str, Path, str]],
     output_dir: Path,
     *,
-    tiers: list[tuple[str, int, int]] | None = None,
+    tiers: list[tuple[str, int | str, int]] | None = None,
     batch_size: int = 512,
     max_requests: int | None = None,
     max_tokens: int | None = None,

@@ -14,6 +14,8 @@ Parts (each module's docstring says exactly what it measures):
   (c) memory:          peak RSS with 10k and 1M prompts in one partition
   (d) tokenize_rate:   ChatTokenizer.render vs per-prompt apply_chat_template
   (e) adaptive:        concurrency auto vs a sweep of static values, per emulator physics profile
+  (f) makespan:        three partitions through the Prefect flow vs the server's peak capacity
+  (g) makespan:        the flow process's CPU per record in that run
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import adaptive, client_overhead, memory, tokenize_rate, utilization
+from benchmarks import adaptive, client_overhead, makespan, memory, tokenize_rate, utilization
 
 
 @dataclass
@@ -80,14 +82,14 @@ def sizes(quick: bool, scale: float) -> dict[str, Any]:
             "b": utilization.Scenario(decode_ms=0.5, prompts=(n(1500), n(1000), n(500)),
                                       budget_prompts=(n(1500), n(500))),
             "c_small": n(10_000), "c_big": n(200_000),
-            "d_prompts": n(500), "e_scale": scale,
+            "d_prompts": n(500), "e_scale": scale, "f_scale": max(0.02, 0.25 * scale),
         }  # fmt: skip
     return {
         "a_prompts": n(10_000), "a_repeats": 3, "a_flow_prompts": n(2560),
         "b": utilization.Scenario(prompts=(n(4500), n(3000), n(1500)),
                                   budget_prompts=(n(6000), n(2000))),
         "c_small": n(10_000), "c_big": n(1_000_000),
-        "d_prompts": n(2000), "e_scale": scale,
+        "d_prompts": n(2000), "e_scale": scale, "f_scale": scale,
     }  # fmt: skip
 
 
@@ -159,6 +161,35 @@ def figures(r: dict[str, Any]) -> list[Figure]:
             )
             out.append(Figure("e", f"auto / best static, {prof['profile']}", value,
                               ">= 0.97x", ok, why))  # fmt: skip
+    f = r.get("f")
+    if f:
+        out += makespan_figures(f)
+    return out
+
+
+def makespan_figures(f: dict[str, Any]) -> list[Figure]:
+    """(f) makespan / bound and (g) CPU per record, one row each per concurrency policy."""
+    out: list[Figure] = []
+    for run in f["runs"]:
+        ratio, tail = run["makespan_vs_bound"], run["tail_s"]
+        value = f"{ratio:.2f}x ({run['makespan_s']:,.0f} / {run['bound_s']:,.0f} sim s)"
+        why = ""
+        if ratio > 1.05:
+            idle = run["makespan_s"] - run["server_busy_s"]
+            why = (f"{tail:,.0f} sim s ({tail / run['makespan_s']:.0%}) with fewer than a "
+                   f"quarter of the median {run['median_running']:.0f} running (the drain of "
+                   f"the longest outputs, which the bound leaves out); the median batch makes "
+                   f"less than the peak {run['peak_tok_s']:,.0f} tok/s; server idle or emulator "
+                   f"lag {max(0.0, idle):,.0f} s; {run['retracted']} retractions")  # fmt: skip
+        out.append(Figure("f", f"makespan / peak-capacity bound, {run['policy']}", value,
+                          "<= 1.05x", ratio <= 1.05, why))  # fmt: skip
+    for run in f["runs"]:
+        ms = run["cpu_ms_per_record"]
+        out.append(Figure("g", f"client CPU per record, flow process, {run['policy']}",
+                          f"{ms:.2f} ms ({run['records']:,} records)", "<= 1 ms", ms <= 1.0,
+                          "" if ms <= 1.0 else "fixed costs (tokenizer load, planning, Prefect "
+                          "task runs) spread over too few records" if run["records"] < 2000
+                          else "the flow's own work per record"))  # fmt: skip
     return out
 
 
@@ -225,14 +256,33 @@ def details(r: dict[str, Any]) -> list[str]:
                 f"{t['batched_rate']:,.0f} vs naive {t['naive_rate']:,.0f}/s "
                 f"({t['speedup']:.2f}x; CPU {t['cpu_speedup']:.2f}x), same ids on both sides"
             )
+    if f := r.get("f"):
+        tiers = ", ".join(
+            f"{t['name']} {t['concurrency']}/{t['max_tokens']} "
+            f"({t['prompts']:,} x ~{t['mean_output']} out)"
+            for t in f["tiers"]
+        )
+        lines.append(f"(f) {f['profile']} at time scale {f['time_scale']}, prompt-count scale "
+                     f"{f['scale']:g}; tiers (in flight/max_tokens): {tiers}")  # fmt: skip
+        for run in f["runs"]:
+            lines.append(
+                f"    {run['policy']}: {run['records']:,} records, {run['output_tokens']:,} "
+                f"output + {run['prompt_tokens']:,} prompt tokens; makespan "
+                f"{run['makespan_s']:,.0f} sim s (server busy {run['server_busy_s']:,.0f}), bound "
+                f"{run['bound_s']:,.0f} = decode {run['decode_s']:,.0f} at the peak "
+                f"{run['peak_tok_s']:,.0f} tok/s + prefill {run['prefill_s']:,.0f}; median "
+                f"{run['median_running']:.0f} running, {run['retracted']} retractions, emulator "
+                f"lag {run['emulator_lag_s']:.2f} s; flow {run['flow_wall_s']:.0f} s wall, "
+                f"{run['flow_cpu_s']:.1f} s CPU"
+            )
     return lines
 
 
 def table(figs: list[Figure]) -> str:
-    rows = [f"{'':3} {'figure':46} {'measured':34} {'target':20} verdict"]
+    rows = [f"{'':3} {'figure':50} {'measured':34} {'target':20} verdict"]
     for f in figs:
         verdict = f.verdict + (f": {f.why}" if f.why else "")
-        rows.append(f"({f.part}) {f.name:46} {f.value:34} {f.target:20} {verdict}")
+        rows.append(f"({f.part}) {f.name:50} {f.value:34} {f.target:20} {verdict}")
     return "\n".join(rows)
 
 
@@ -248,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller sizes (indicative figures)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every size (tests: 0.1)")
-    p.add_argument("--only", default="abcde", help="parts to run, e.g. 'ad'")
+    p.add_argument("--only", default="abcdef", help="parts to run, e.g. 'ad' ('f' gives (g))")
     p.add_argument("--no-prefect", action="store_true", help="skip the Prefect flow overhead")
     p.add_argument("--json", type=Path, help="write every number to this file")
     p.add_argument("--markdown", action="store_true", help="also print the README table")
@@ -276,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         ("c", "peak memory", lambda: memory.measure(s["c_small"], s["c_big"])),
         ("d", "tokenization rate", lambda: tokenize_rate.measure(s["d_prompts"])),
         ("e", "auto vs static concurrency", lambda: adaptive.measure(s["e_scale"])),
+        ("f", "makespan and CPU per record, Prefect flow",
+         lambda: makespan.measure(s["f_scale"])),
     ]  # fmt: skip
     for key, label, run in steps:
         if key not in args.only:

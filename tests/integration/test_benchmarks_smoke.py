@@ -24,7 +24,7 @@ def test_quick_benchmark_prints_every_figure(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(out.read_text())
     parts = {f["part"] for f in results["figures"]}
-    assert parts == {"a", "b", "c", "d", "e"}
+    assert parts == {"a", "b", "c", "d", "e", "f", "g"}
     for fig in results["figures"]:
         assert fig["verdict"] in ("PASS", "MISS") and fig["target"]
         assert fig["ok"] or fig["why"], "a miss states its reason"

@@ -1,0 +1,256 @@
+"""(f) makespan of three partitions through the real Prefect flow against the server's peak
+capacity, and (g) the flow process's CPU per record in that same run.
+
+One emulator with ``--emu-physics seed-node`` (``sglang_emulator/physics.py``), time-scaled so a
+run of ~1 simulated hour takes ~2 minutes; ``--emu-output-by-max-new`` gives each tier its own
+lognormal output length (the tiers differ in ``max_tokens``), and prompts are lognormal in
+length too. ``flows.pipeline.datagen`` runs in a child process (the flow process) on Prefect's
+embedded backend (``prefect_test_harness``), attached to the emulator: three partitions, SHORT
+(150 in flight), MEDIUM (64) and LONG (32), side by side as a run does them; then the same with
+every tier on ``concurrency: auto``.
+
+Makespan: from the first request the server sees to its last response (sampled from the
+emulator's counters every 50 ms), in simulated seconds (wall / time scale), so Prefect's
+start-up, the pre-flight and the final manifest are left out: on a GPU node they are seconds
+against hours. Lower bound, from the profile's arithmetic and the run's own records (prompt and
+output lengths read back from Parquet):
+
+    decode >= sum over output tokens of (per_req_ms + per_kv_token_us x its context)
+              + base_ms x max(tokens / max_running_requests, contexts / KV pool)
+    prefill >= prompt tokens / prefill rate + one step overhead per 8,192-token chunk
+
+(a step's base cost is shared by at most the requests whose KV fits in the pool at once). The
+bound has no tail: the last long outputs decode with the server nearly empty on any schedule, so
+a short run cannot reach it; the report says how long the server ran below a quarter of its
+median batch. CPU per record: the child's own ``getrusage`` over the flow call (imports, the
+Prefect harness and the emulator are other processes or outside the clock) / records written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+from benchmarks.common import Emulator, cpu_s, emit, make_config, prompt_line, run_child
+
+PROFILE = "seed-node"
+OUTPUT_SIGMA = 0.8
+PROMPT_SIGMA = 0.6
+
+
+@dataclass(frozen=True)
+class TierLoad:
+    """One partition of the workload: its tier and its length distributions."""
+
+    name: str
+    concurrency: int
+    max_tokens: int
+    prompts: int
+    mean_words: int  # prompt length, lognormal (~1.3 tokens per word with the bundled tokenizer)
+    mean_output: int  # output length, lognormal (the emulator's --emu-output-by-max-new)
+
+
+WORKLOAD = (
+    TierLoad("SHORT", 150, 2048, 2400, 120, 300),
+    TierLoad("MEDIUM", 64, 4096, 1200, 300, 1000),
+    TierLoad("LONG", 32, 16384, 600, 600, 3000),
+)
+TIME_SCALE = 0.03
+
+
+def write_inputs(root: Path, scale: float) -> list[tuple[TierLoad, Path]]:
+    """One JSONL partition per tier, prompts of lognormal length (seeded: same every run)."""
+    out = []
+    first = 0
+    for t in WORKLOAD:
+        rng = random.Random(t.name)
+        n = max(20, round(t.prompts * scale))
+        mu = math.log(t.mean_words) - PROMPT_SIGMA**2 / 2
+        path = root / f"{t.name.lower()}.jsonl"
+        with path.open("w") as fh:
+            for i in range(first, first + n):
+                words = max(5, min(4000, round(rng.lognormvariate(mu, PROMPT_SIGMA))))
+                fh.write(prompt_line(i, words) + "\n")
+        out.append((t, path))
+        first += n
+    return out
+
+
+def _config(inputs: list[tuple[TierLoad, Path]], out: Path, policy: str) -> Any:
+    tiers = [
+        (t.name, t.concurrency if policy == "static" else "auto", t.max_tokens) for t, _ in inputs
+    ]
+    return make_config(
+        [(t.name.lower(), p, t.name) for t, p in inputs], out, tiers=tiers, batch_size=256
+    )
+
+
+def child(url: str, inputs_dir: Path, out: Path, policy: str, scale: float) -> dict[str, Any]:
+    """The flow process: one ``datagen`` run; its CPU and records (run by ``run_child``)."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    import pyarrow.parquet as pq
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.pipeline import datagen
+
+    inputs = [(t, inputs_dir / f"{t.name.lower()}.jsonl") for t in WORKLOAD]
+    config = _config(inputs, out, policy)
+    with prefect_test_harness(server_startup_timeout=180):
+        c0, t0 = cpu_s(), time.monotonic()
+        asyncio.run(datagen(config=config, server_url=url))
+        cpu, wall = cpu_s() - c0, time.monotonic() - t0
+    lengths: list[tuple[int, int]] = []
+    for t, _ in inputs:
+        files = sorted((out / t.name.lower()).glob("part-*.parquet"))
+        table = pq.read_table(files, columns=["prompt_tokens", "completion_tokens"])
+        lengths += zip(
+            table["prompt_tokens"].to_pylist(), table["completion_tokens"].to_pylist(), strict=True
+        )
+    return {"cpu_s": cpu, "wall_s": wall, "records": len(lengths), "lengths": lengths}
+
+
+def lower_bound_s(lengths: list[tuple[int, int]]) -> dict[str, float]:
+    """The profile's least possible server time for these (prompt, output) lengths."""
+    from sglang_emulator.physics import PROFILES
+
+    p = PROFILES[PROFILE]
+    tokens = sum(o for _, o in lengths)
+    contexts = sum(o * n_in + o * (o - 1) / 2 for n_in, o in lengths)  # KV read per token
+    per_token_ms = p.per_req_ms * tokens + p.per_kv_token_us * contexts / 1e3
+    steps = max(tokens / p.max_running_requests, contexts / p.max_total_num_tokens)
+    decode_s = (per_token_ms + p.base_ms * steps) / 1e3
+    prompt = sum(n for n, _ in lengths)
+    prefill_s = (
+        prompt / p.prefill_tokens_per_s
+        + p.prefill_overhead_ms * math.ceil(prompt / p.chunked_prefill_size) / 1e3
+    )
+    return {
+        "decode_s": decode_s,
+        "prefill_s": prefill_s,
+        "bound_s": decode_s + prefill_s,
+        "peak_tok_s": tokens / decode_s,
+        "output_tokens": tokens,
+        "prompt_tokens": prompt,
+    }
+
+
+class Sampler:
+    """Polls the emulator's counters in a thread: when the server first and last held work."""
+
+    def __init__(self, emu: Any, every_s: float = 0.05) -> None:
+        self.emu, self.every_s = emu, every_s
+        self.samples: list[tuple[float, int, float]] = []  # (wall, running, physics sim_s)
+        self.first: float | None = None
+        self.last: float | None = None
+        self._base = emu.stats()["requests"]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            s = self.emu.stats()
+            now = time.monotonic()
+            busy = s["running"] + s["queued"] > 0
+            if self.first is None and (busy or s["requests"] > self._base):
+                self.first = now
+            if busy:
+                self.last = now
+            if self.first is not None:
+                self.samples.append((now, s["running"], s["physics"]["sim_s"]))
+            self._stop.wait(self.every_s)
+
+
+def one_run(emu: Any, inputs_dir: Path, out: Path, policy: str, scale: float) -> dict[str, Any]:
+    s0 = emu.stats()
+    with Sampler(emu) as sampler:
+        flow = run_child("makespan", ["--child", emu.url, str(inputs_dir), str(out), policy,
+                                      str(scale)])  # fmt: skip
+    s1 = emu.stats()
+    assert sampler.first is not None and sampler.last is not None, "the server saw no request"
+    makespan_s = (sampler.last - sampler.first) / TIME_SCALE
+    bound = lower_bound_s([(n_in, n_out) for n_in, n_out in flow["lengths"]])
+    running = [r for _, r, _ in sampler.samples if r > 0]
+    median = statistics.median(running) if running else 0
+    tail = [
+        b[0] - a[0]
+        for a, b in zip(sampler.samples, sampler.samples[1:], strict=False)
+        if 0 < a[1] < median / 4
+    ]
+    sim = s1["physics"]["sim_s"] - s0["physics"]["sim_s"]
+    return {
+        "policy": policy,
+        "records": flow["records"],
+        "makespan_s": makespan_s,
+        "server_busy_s": sim,
+        **bound,
+        "makespan_vs_bound": makespan_s / bound["bound_s"],
+        "median_running": median,
+        "tail_s": sum(tail) / TIME_SCALE,
+        "retracted": s1["physics"]["retracted"] - s0["physics"]["retracted"],
+        "emulator_lag_s": s1["physics"]["lag_s"],
+        "flow_wall_s": flow["wall_s"],
+        "flow_cpu_s": flow["cpu_s"],
+        "cpu_ms_per_record": 1e3 * flow["cpu_s"] / max(1, flow["records"]),
+        "server_output_tokens": s1["output_tokens"] - s0["output_tokens"],
+    }
+
+
+def measure(scale: float = 1.0, policies: tuple[str, ...] = ("static", "auto")) -> dict[str, Any]:
+    """(f) and (g) for each policy, one emulator for all (what ``run_all`` reports)."""
+    means = ",".join(f"{t.max_tokens}:{t.mean_output}" for t in WORKLOAD)
+    flags = ["--emu-physics", PROFILE, "--emu-time-scale", str(TIME_SCALE), "--enable-metrics",
+             "--emu-output-by-max-new", means, "--emu-output-sigma", str(OUTPUT_SIGMA)]  # fmt: skip
+    root = Path(tempfile.mkdtemp(prefix="e3-makespan-"))
+    try:
+        write_inputs(root, scale)
+        runs = []
+        with Emulator(*flags) as emu:
+            for policy in policies:
+                runs.append(one_run(emu, root, root / f"out-{policy}", policy, scale))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "profile": PROFILE,
+        "time_scale": TIME_SCALE,
+        "tiers": [t.__dict__ for t in WORKLOAD],
+        "scale": scale,
+        "runs": runs,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply the prompt counts")
+    ap.add_argument("--policies", default="static,auto")
+    ap.add_argument("--child", nargs=5, metavar=("URL", "INPUTS", "OUT", "POLICY", "SCALE"))
+    args = ap.parse_args(argv)
+    if args.child:
+        url, inputs, out, policy, scale = args.child
+        emit(child(url, Path(inputs), Path(out), policy, float(scale)))
+        return
+    result = measure(args.scale, tuple(args.policies.split(",")))
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
