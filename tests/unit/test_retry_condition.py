@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from prefect.states import Failed
+from prefect.states import Failed, State
 
 from eagle3_datagen.errors import (
     BatchFailed,
@@ -43,7 +45,7 @@ def _as_task_raises(cause: BaseException) -> BaseException:
 )  # fmt: skip
 def test_only_request_failures_are_retried(cause: BaseException, retried: bool) -> None:
     err = _as_task_raises(cause)
-    state = Failed(data=err)
+    state: State[Any] = Failed(data=err)
     assert retry_if_it_can_help(generate_batch, None, state) is retried  # type: ignore[arg-type]
 
 

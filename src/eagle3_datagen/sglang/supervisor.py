@@ -109,7 +109,7 @@ class ServerSupervisor:
             self._log.info(f"server back after {time.monotonic() - started:.1f} s; resuming")
         except Exception as err:  # whatever it was, requests must stop waiting
             self.failed = self._lost_message(str(err))
-            self._log.error(self.failed)
+            self._log.warning(self.failed)
         finally:
             self._available.set()
 
