@@ -45,6 +45,7 @@ from eagle3_datagen.report.data_picture import (
     picture_markdown,
 )
 from eagle3_datagen.report.dataset_card import write_dataset_card
+from eagle3_datagen.report.probe import Baseline, ThroughputProbe
 from eagle3_datagen.report.throughput import (
     RunMeter,
     ThroughputChange,
@@ -114,15 +115,31 @@ async def _announce(change: ThroughputChange, flow_run: FlowRun, logger: Any) ->
     )
 
 
-async def _watch_throughput(alarm: ThroughputAlarm, meter: RunMeter, flow_run: FlowRun) -> None:
-    """Sample the run's output tokens until cancelled; announce each ok/low transition."""
-    watch = ThroughputWatch.from_config(alarm, time.monotonic())
-    if watch is None:
+async def _watch_throughput(
+    alarm: ThroughputAlarm, meter: RunMeter, flow_run: FlowRun, probed: list[Baseline]
+) -> None:
+    """Sample the run's output tokens until cancelled; announce each ok/low transition.
+
+    Without an expected rate, the run's own rate after the warm-up becomes the baseline
+    (logged, appended to ``probed`` for the summary)."""
+    start = time.monotonic()
+    watch = ThroughputWatch.from_config(alarm, start)
+    probe = ThroughputProbe.from_config(alarm, start)
+    if watch is None and probe is None:
         return
     logger = get_run_logger()
     while True:
         await asyncio.sleep(sample_interval(alarm.window_s))
-        change = watch.observe(time.monotonic(), meter.total_tokens())
+        now = time.monotonic()
+        if watch is None:
+            assert probe is not None
+            baseline = probe.observe(now, meter.total_tokens())
+            if baseline is not None:
+                logger.info(baseline.summary())
+                probed.append(baseline)
+                watch = probe.watch(alarm, now)
+            continue
+        change = watch.observe(now, meter.total_tokens())
         if change is not None:
             try:
                 await _announce(change, flow_run, logger)
@@ -236,6 +253,7 @@ async def datagen(
     lost: str | None = None  # the ServerLost message when the server went for good
     failed_links: dict[str, tuple[int, str]] = {}
     progress_id: UUID | None = None
+    probed: list[Baseline] = []  # the throughput probe's baseline, once measured
     try:
         # Inputs, tokenizer and special tokens before the server: a model load takes minutes.
         check = check_before_server(config, names, sizes=meter.sizes)
@@ -261,7 +279,7 @@ async def datagen(
             update_manifest(config.output_dir, fingerprint, {}, running=True)
             results: dict[str, dict[str, Any]] = {}
             watchers = [
-                asyncio.create_task(_watch_throughput(config.throughput, meter, flow_run)),
+                asyncio.create_task(_watch_throughput(config.throughput, meter, flow_run, probed)),
                 asyncio.create_task(_watch_progress(meter, progress_id, states)),
             ]
             parent_tags = sorted(flow_run.tags or [])
@@ -315,8 +333,9 @@ async def datagen(
     finally:
         try:
             rows = summary_rows(config.output_dir, names, completed, errors, meter, failed_links)
+            description = summary_description(rows, config.output_dir)
             await acreate_table_artifact(
-                rows, key=SUMMARY_KEY, description=summary_description(rows, config.output_dir)
+                rows, key=SUMMARY_KEY, description="; ".join([description, *map(str, probed)])
             )
             if progress_id is not None:
                 for name in names:

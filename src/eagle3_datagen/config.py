@@ -520,8 +520,9 @@ class RetryPolicy(_Model):
 class ThroughputAlarm(_Model):
     """Warn while the run makes far fewer output tokens per second than the hardware should.
 
-    Off unless ``expected_tok_s`` is set. The seed's 225 tok/s against 930-1350 expected went
-    unnoticed for a whole run; this turns such a dip into a warning, an event and an artifact.
+    Against ``expected_tok_s``, or without it against the rate the run measures in its first
+    minutes (``probe_s``; 0 turns the alarm off). The seed's 225 tok/s against 930-1350 expected
+    went unnoticed for a whole run; this turns such a dip into a warning, an event and an artifact.
     """
 
     expected_tok_s: float | None = Field(
@@ -529,7 +530,7 @@ class ThroughputAlarm(_Model):
         gt=0,
         title="Expected output tok/s",
         description="Output tokens per second the whole run should make (all partitions); "
-        "empty turns the alarm off.",
+        "empty: the run measures its own rate after the warm-up (probe_s) and alarms below that.",
     )
     alarm_ratio: float = Field(
         default=0.5,
@@ -549,6 +550,13 @@ class ThroughputAlarm(_Model):
         gt=0,
         title="Window (s)",
         description="The rate is averaged over this trailing window.",
+    )
+    probe_s: float = Field(
+        default=300.0,
+        ge=0,
+        title="Probe (s)",
+        description="Without an expected rate: measure the run's own rate over this long after "
+        "the warm-up and use it as the alarm's baseline; 0 turns the alarm off.",
     )
 
 
