@@ -54,7 +54,7 @@ def test_the_script_sets_the_calls_and_only_in_the_last_message(
     end = out.index(vocab.special["tool_calls_section_end"])
     assert out[end + 1] == vocab.special["im_end"]
     # After the tool result, the user's script is no longer the last message: no call.
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": ask},
         {"role": "assistant", "content": "", "tool_calls": [
             {"id": "functions.get_weather:0", "type": "function",
