@@ -7,6 +7,7 @@ import contextlib
 from typing import Any
 from uuid import UUID
 
+import prefect.runtime
 from prefect import flow, get_run_logger
 from prefect.artifacts import (
     acreate_progress_artifact,
@@ -93,7 +94,7 @@ async def generate_partition(
     """
     logger = get_run_logger()
     if run is None:
-        run = RunContext.standalone(config)
+        run = RunContext.standalone(config, run_key=str(prefect.runtime.flow_run.id))
         logger.info(f"{partition}: standalone run: no server supervisor")
     tier = config.tier(config.partition(partition).tier)
     # Off the event loop: loading the tokenizer and scanning the input take seconds, and the
@@ -134,6 +135,7 @@ async def generate_partition(
             reuse=plan.reuse,
             supervisor=run.supervisor,
             budget=run.budget,
+            run_id=run.run_key[:8],  # rids name the flow run that sent them
         )
         progress = runner.progress
         progress.total_lines = plan.total_lines
