@@ -99,3 +99,32 @@ def test_budget_gives_partitions_equal_places() -> None:
     order = asyncio.run(go())
     # The four new places go to B (fewest in flight), not to A's older waiters.
     assert order[4:8] == ["B"] * 4
+
+
+def test_without_metrics_retractions_in_responses_make_it_back_off(
+    emulator_factory: Callable[..., EmulatorProcess],
+) -> None:
+    """A server without /metrics: meta_info.num_retractions of finished requests is the signal."""
+    emu = emulator_factory(
+        "--emu-physics", "kv-poor", "--emu-time-scale", "0.001", "--emu-max-total-tokens",
+        "20000", "--emu-mean-output-tokens", "3000", "--emu-output-sigma", "0.2",
+    ).wait_ready()  # fmt: skip
+    budget = ServerBudget()
+    policy = RetryPolicy(max_attempts=2, backoff_initial_s=0.1, backoff_max_s=0.2)
+
+    async def go() -> list[int]:
+        async with SGLangClient(emu.url) as client:
+            results = await asyncio.gather(*(
+                generate_with_retries(client, [5, 6, 7] * 70, {"max_new_tokens": 4000},
+                                      rid=f"r-{i}", policy=policy, budget=budget, share="p")
+                for i in range(20)
+            ))  # fmt: skip
+        return [r.num_retractions for r in results]
+
+    retractions = asyncio.run(go())
+    assert sum(retractions) > 0 and budget.retractions_reported == sum(retractions)
+    c = ConcurrencyController(budget, LoadReader([emu.url]), AutoConcurrency(initial=16))
+    no_counter = LoadSample(16, 0, 0.5, 1000.0, None)
+    c._last_retracted = 0  # the reading before the retractions came back
+    limit, reason = c.decide(no_counter, in_flight=16)
+    assert limit < 16 and "retracted: back off" in reason

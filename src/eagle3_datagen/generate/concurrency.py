@@ -93,10 +93,13 @@ class ConcurrencyController:
         """The next limit after reading ``s`` with ``in_flight`` requests out; and why."""
         limit, st = self.limit, self.settings
         new_retracted = 0
-        if s.retracted_total is not None:
-            if self._last_retracted is not None:
-                new_retracted = max(0, s.retracted_total - self._last_retracted)
-            self._last_retracted = s.retracted_total
+        # Without /metrics (no counter), the retractions finished responses reported.
+        total = s.retracted_total
+        if total is None:
+            total = self.budget.retractions_reported
+        if self._last_retracted is not None:
+            new_retracted = max(0, total - self._last_retracted)
+        self._last_retracted = total
         self.retractions += new_retracted
         allowed_queue = max(MIN_QUEUE, math.ceil(QUEUE_SHARE * s.running))
         long_queue = s.queued > allowed_queue

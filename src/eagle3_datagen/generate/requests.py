@@ -76,6 +76,8 @@ async def generate_with_retries(
                 ):
                     try_rid = rid(attempt) if callable(rid) else f"{rid}:{attempt}"
                     result = await client.generate(input_ids, sampling, try_rid)
+                if budget is not None and result.num_retractions:
+                    budget.retractions_reported += result.num_retractions
         except RetryableRequestError as err:
             if on_retry is not None:
                 on_retry()

@@ -32,6 +32,9 @@ class ServerBudget:
         self.peak_requests = 0
         self.peak_tokens = 0
         self.by_share: dict[str, int] = {}  # requests in flight per share
+        # Retractions the server reported in finished responses (meta_info.num_retractions):
+        # the auto controller's signal where the server has no /metrics.
+        self.retractions_reported = 0
         self._queues: dict[str, deque[tuple[int, int, asyncio.Future[None]]]] = {}
         self._seq = itertools.count()
         # Called on every reservation: a controller starts itself on the running loop.

@@ -52,6 +52,8 @@ class GenerateResult:
     completion_tokens: int
     cached_tokens: int
     e2e_latency: float | None
+    # Times SGLang retracted it (its KV pool ran out; 0.5.23 reports it in meta_info).
+    num_retractions: int = 0
 
     @classmethod
     def from_json(cls, item: dict[str, Any]) -> GenerateResult:
@@ -70,6 +72,7 @@ class GenerateResult:
                 completion_tokens=int(meta.get("completion_tokens", len(output_ids))),
                 cached_tokens=int(meta.get("cached_tokens", 0)),
                 e2e_latency=meta.get("e2e_latency"),
+                num_retractions=int(meta.get("num_retractions") or 0),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise RetryableRequestError(f"malformed /generate response: {err!r}") from None
