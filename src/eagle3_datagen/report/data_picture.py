@@ -89,6 +89,11 @@ class PartitionPicture:
     prompt: Distribution
     output: Distribution
     thinking: Distribution
+    # Several turns or samples per line (generate/conversation.py); empty for one each.
+    conversations: int = 0
+    stopped: int = 0
+    stops_by_reason: dict[str, int] = field(default_factory=dict)
+    records_by_turn: dict[str, int] = field(default_factory=dict)
 
     @property
     def truncation_rate(self) -> float:
@@ -112,6 +117,10 @@ class PartitionPicture:
             "prompt_length": self.prompt.stats(),
             "output_length": self.output.stats(),
             "thinking_length": self.thinking.stats(),
+            "conversations": self.conversations,
+            "conversations_stopped": self.stopped,
+            "stops_by_reason": self.stops_by_reason,
+            "records_by_turn": self.records_by_turn,
         }
 
 
@@ -119,7 +128,7 @@ def partition_picture(root: str | Path, partition: str) -> PartitionPicture:
     """Read the partition's committed shards (length columns only) and batch markers."""
     prompt = Distribution("prompt length (tokens)")
     output = Distribution("output length (tokens)")
-    thinking = Distribution("thinking length (tokens before </think>)")
+    thinking = Distribution("thinking length (tokens before `</think>`)")
     truncated = 0
     for path in PartitionOutput(root, partition).shard_paths():
         table = pq.read_table(path, columns=_COLUMNS)
@@ -139,6 +148,10 @@ def partition_picture(root: str | Path, partition: str) -> PartitionPicture:
         prompt=prompt,
         output=output,
         thinking=thinking,
+        conversations=int(totals.get("conversations", 0)),
+        stopped=int(totals.get("conversations_stopped", 0)),
+        stops_by_reason=dict(totals.get("stops_by_reason", {})),
+        records_by_turn=dict(totals.get("records_by_turn", {})),
     )
 
 
@@ -167,6 +180,22 @@ def rates_line(picture: PartitionPicture) -> str:
     )
 
 
+def conversations_line(picture: PartitionPicture) -> str | None:
+    """Turns and samples, when a line gives more than one record (None otherwise)."""
+    if (
+        len(picture.records_by_turn) <= 1
+        and not picture.stopped
+        and (picture.conversations <= picture.input_lines)
+    ):
+        return None
+    turns = ", ".join(f"turn {k}: {v}" for k, v in picture.records_by_turn.items())
+    stops = ", ".join(f"{k} {v}" for k, v in sorted(picture.stops_by_reason.items()))
+    return (
+        f"**{picture.conversations}** conversations, **{picture.stopped}** stopped before their "
+        f"last turn{' (' + stops + ')' if stops else ''}; records by turn: {turns or '-'}"
+    )
+
+
 def picture_markdown(picture: PartitionPicture, heading: str = "#") -> str:
     """The partition's data picture as markdown: rates, a stats table, three histograms."""
     parts = [
@@ -174,6 +203,8 @@ def picture_markdown(picture: PartitionPicture, heading: str = "#") -> str:
         rates_line(picture),
         stats_table(picture),
     ]
+    if (conversations := conversations_line(picture)) is not None:
+        parts.insert(2, conversations)
     for dist in (picture.output, picture.thinking, picture.prompt):
         parts.append(f"**{dist.name}**\n\n```text\n{dist.histogram()}\n```")
     return "\n\n".join(parts) + "\n"
