@@ -28,6 +28,7 @@ from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.generate.batch import PartitionRunner
 from eagle3_datagen.inputs.prompts import plan_batches
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.report.data_picture import partition_picture, picture_markdown
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.validate.dataset import validate_dataset
 from eagle3_datagen.validate.tokens import TokenIds
@@ -301,6 +302,10 @@ def test_a_kill_in_the_middle_of_a_multi_turn_partition_resumes_exactly(
     assert manifest["chaos"]["conversations"] == 48
     assert manifest["chaos"]["conversations_stopped"] == 10
     assert manifest["chaos"]["stops_by_reason"] == {"tool_call_diverged": 10}
+    picture = picture_markdown(partition_picture(tmp_path / "killed", "chaos"))
+    assert "**48** conversations, **10** stopped before their last turn (tool_call_diverged 10)"\
+        in picture  # fmt: skip
+    assert "records by turn: turn 0: 48, turn 1: 38, turn 2: 38" in picture
 
     # Export: one training row per generated turn, loss on exactly that turn's output.
     exported = export_dataset(tmp_path / "killed", "speculators", tmp_path / "spec.jsonl",
