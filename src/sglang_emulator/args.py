@@ -1,7 +1,9 @@
 """The command line: the ``sglang.launch_server`` flags the pipeline passes, plus ``--emu-*``.
 
-SGLang flags are accepted and reported in ``/server_info``; most change nothing here. Flags the
-emulator does not know are kept (with a warning), so a launcher written for real SGLang works.
+Every flag of SGLang 0.5.23's own parser is accepted (the list is ``sglang_flags.tsv``, written
+from that parser by ``conformance/record.py``) and reported in ``/server_info``; most change
+nothing here. Like SGLang's argparse (``allow_abbrev=True``), an unambiguous prefix of a flag is
+that flag, and an unknown or ambiguous flag exits 2 with the usage error.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 SGLANG_VERSION = "0.5.23"
@@ -24,13 +27,13 @@ _SECRET_FLAG = re.compile(
 
 
 # (flags, type or "bool", default, help) of the sglang.launch_server flags the emulator knows.
-_SGLANG_FLAGS: list[tuple[tuple[str, ...], Any, Any, str]] = [
+SGLANG_FLAGS: list[tuple[tuple[str, ...], Any, Any, str]] = [
     (("--model-path", "--model"), str, None, "checkpoint dir: tokenizer.json, config.json"),
     (("--tokenizer-path",), str, None, "tokenizer dir; None means --model-path"),
     (("--host",), str, "127.0.0.1", "bind address"),
     (("--port",), int, 30000, "bind port"),
-    (("--tp-size", "--tp", "--tensor-parallel-size"), int, 1, "reported only"),
-    (("--dp-size", "--dp", "--data-parallel-size"), int, 1, "one internal_states entry each"),
+    (("--tp-size", "--tensor-parallel-size"), int, 1, "reported only"),
+    (("--dp-size", "--data-parallel-size"), int, 1, "one internal_states entry each"),
     (("--mem-fraction-static",), float, None, "reported only; None reports 0.85"),
     (("--enable-hierarchical-cache", "--enable-hicache"), "bool", False, "reported only"),
     (("--hicache-size",), int, 0, "GB; reported only"),
@@ -49,7 +52,8 @@ _SGLANG_FLAGS: list[tuple[tuple[str, ...], Any, Any, str]] = [
         ("--random-seed",),
         int,
         None,
-        "fake-model seed of requests without sampling_seed; None means 0",
+        "fake-model seed of requests without sampling_seed; None draws one per launch, as "
+        "SGLang does",
     ),
     (("--skip-server-warmup",), "bool", False, "reported only"),
     (("--enable-metrics",), "bool", False, "reported only"),
@@ -115,18 +119,37 @@ def _add(
     )
 
 
+def sglang_flag_table() -> list[tuple[str, list[str]]]:
+    """(nargs, option strings) of every flag of SGLang 0.5.23's parser (``sglang_flags.tsv``)."""
+    rows = []
+    for line in (Path(__file__).parent / "sglang_flags.tsv").read_text().splitlines():
+        if line and not line.startswith("#"):
+            nargs, names = line.split("\t")
+            rows.append((nargs, names.split()))
+    return rows
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The parser; ``allow_abbrev=False`` so prefixes of unknown flags are never misread."""
+    """SGLang's flags (``allow_abbrev=True`` as in SGLang's parser) plus the ``--emu-*`` ones."""
     p = argparse.ArgumentParser(
         prog="eagle3-datagen emulator",
         description="SGLang-compatible HTTP server with a deterministic fake model (no GPU). "
-        "Unknown --flags are accepted with a warning.",
-        allow_abbrev=False,
+        "Takes every sglang.launch_server flag; an unknown one exits 2, as in SGLang.",
+        allow_abbrev=True,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("sglang.launch_server flags")
-    for names, kind, default, help in _SGLANG_FLAGS:
+    for names, kind, default, help in SGLANG_FLAGS:
         _add(g, names, kind, default, help)
+    known = {name for names, *_ in SGLANG_FLAGS for name in names}
+    other = p.add_argument_group("other sglang.launch_server flags (accepted, reported only)")
+    for nargs, options in sglang_flag_table():
+        if known.isdisjoint(options):
+            if nargs == "0":
+                other.add_argument(*options, action="store_true", help=argparse.SUPPRESS)
+            else:
+                count = None if nargs == "1" else nargs
+                other.add_argument(*options, nargs=count, default=None, help=argparse.SUPPRESS)
     e = p.add_argument_group("emulator-only flags")
     for name, kind, default, help in _EMU_FLAGS:
         _add(e, (name,), kind, default, help)
@@ -138,7 +161,6 @@ class EmulatorArgs:
     """Typed view of the parsed flags; ``ns`` keeps them all for ``/server_info``."""
 
     ns: argparse.Namespace
-    unknown: list[str]
     argv: list[str]
     model_path: str
     tokenizer_path: str | None
@@ -186,21 +208,33 @@ class EmulatorArgs:
     emu_hang_s: float
     emu_crash_after: int
 
-    @property
-    def unknown_redacted(self) -> list[str]:
-        return redact_argv(self.unknown)
-
     @classmethod
-    def from_namespace(
-        cls, ns: argparse.Namespace, unknown: list[str], argv: list[str]
-    ) -> EmulatorArgs:
-        own = {"ns", "unknown", "argv"}
+    def from_namespace(cls, ns: argparse.Namespace, argv: list[str]) -> EmulatorArgs:
+        own = {"ns", "argv"}
         values = {f.name: getattr(ns, f.name) for f in fields(cls) if f.name not in own}
-        return cls(ns=ns, unknown=unknown, argv=argv, **values)
+        return cls(ns=ns, argv=argv, **values)
 
     @property
     def launch_command(self) -> str:
-        """The command line as given, with secrets redacted (SGLang's ``launch_command``)."""
+        """SGLang's ``launch_command``: the arguments as given joined by spaces, nothing
+        redacted but a ``--watermark-config`` (``server_args.py:717``, ``watermarking/core.py``);
+        the API key is in it."""
+        out: list[str] = []
+        hide_next = False
+        for arg in self.argv:
+            if hide_next:
+                out.append(REDACTED)
+                hide_next = False
+            elif arg.startswith("--watermark-config="):
+                out.append(f"--watermark-config={REDACTED}")
+            else:
+                out.append(arg)
+                hide_next = arg == "--watermark-config"
+        return " ".join(out)
+
+    @property
+    def launch_command_redacted(self) -> str:
+        """The command line for the emulator's own log, secrets hidden."""
         return shlex.join(["python", "-m", "sglang.launch_server", *redact_argv(self.argv)])
 
 
@@ -236,10 +270,10 @@ def output_by_max_new(spec: str) -> dict[int, float]:
 
 
 def parse_args(argv: list[str] | None = None) -> EmulatorArgs:
-    """Parse known flags; warn about the rest instead of failing like SGLang would not."""
+    """Parse the flags as SGLang's parser does: an unknown or ambiguous one exits 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    ns, unknown = parser.parse_known_args(argv)
+    ns = parser.parse_args(argv)
     rates = [getattr(ns, f[2:].replace("-", "_")) for f in FAULT_RATE_FLAGS]
     if any(r < 0 for r in rates) or sum(rates) > 1.0 + 1e-9:
         parser.error("--emu-fault-*-rate values must be >= 0 and sum to at most 1")
@@ -261,10 +295,4 @@ def parse_args(argv: list[str] | None = None) -> EmulatorArgs:
             ns.emu_mean_output_tokens = profile.mean_output_tokens
         if "--emu-output-sigma" not in given and profile.output_sigma is not None:
             ns.emu_output_sigma = profile.output_sigma
-    if unknown:
-        print(
-            f"WARNING: emulator ignores unknown arguments: {' '.join(redact_argv(unknown))}",
-            file=sys.stderr,
-            flush=True,
-        )
-    return EmulatorArgs.from_namespace(ns, unknown, argv)
+    return EmulatorArgs.from_namespace(ns, argv)

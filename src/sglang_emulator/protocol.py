@@ -85,27 +85,26 @@ def _type_checks(body: Any) -> None:
         )
 
 
+_I64 = range(-(1 << 63), 1 << 63)
+
+
 def _check_ids(ids: Any, vocab_size: int) -> tuple[list[int], bytes]:
-    """Contract check of one prompt's ids (plus a vocabulary range check); returns the packing."""
+    """Contract check of one prompt's ids (i64 each); returns the packing.
+
+    Like SGLang 0.5.23, no vocabulary range check: an id outside the vocabulary is accepted
+    (SGLang hands it to the model unchecked). Such ids are packed modulo 2**32.
+    """
     if not isinstance(ids, list):
         raise invalid_type(ids, "a sequence")
     if not ids:
         return ids, b""
-    packed: bytes | None
     try:
-        packed = _pack_checked(ids)
+        return ids, _pack_checked(ids)
     except struct.error:
         for e in ids:
-            if not is_int(e):
+            if not is_int(e) or e not in _I64:
                 raise invalid_type(e, "i64") from None
-        packed = None  # out of range: reported below
-    if packed is None or max(ids) >= vocab_size:
-        bad = next(t for t in ids if t < 0 or t >= vocab_size)
-        # SGLang would index the embedding out of range; the emulator refuses instead.
-        raise GenerateValueError(
-            f"Token id {bad} in input_ids is out of the vocabulary range [0, {vocab_size})."
-        )
-    return ids, packed
+    return ids, struct.pack(f"<{len(ids)}I", *(t & 0xFFFFFFFF for t in ids))
 
 
 # Request fields SGLang accepts that the pipeline never sends; the emulator refuses them.

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     model_path = Path(args.model_path).expanduser()
     tok_path = Path(args.tokenizer_path).expanduser() if args.tokenizer_path else None
-    log(f"server_args={args.launch_command}")
+    log(f"server_args={args.launch_command_redacted}")
     try:
         vocab = Vocab(model_path, tok_path, trust_remote_code=bool(args.ns.trust_remote_code))
     except (OSError, ValueError) as e:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import sys
 import time
 from collections import OrderedDict
@@ -20,7 +21,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from sglang_emulator.args import SGLANG_VERSION, EmulatorArgs, output_by_max_new
+from sglang_emulator.args import SGLANG_FLAGS, SGLANG_VERSION, EmulatorArgs, output_by_max_new
 from sglang_emulator.errors import (
     ApiError,
     ServiceError,
@@ -48,7 +49,12 @@ from sglang_emulator.vocab import Vocab
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _PREFIX_CACHE_SIZE = 65536
-_UNAUTH_EXEMPT = ("/health", "/ready", "/metrics")  # SGLang's open paths (/health_generate too)
+_UNAUTH_EXEMPT = ("/health", "/ready", "/metrics")
+# The SGLang flags the emulator models (args.SGLANG_FLAGS), always in /server_info; SGLang's
+# other flags only when given (SGLang reports ~550 resolved args; the pipeline reads a few).
+_MODELLED = frozenset(
+    names[0].lstrip("-").replace("-", "_") for names, *_ in SGLANG_FLAGS
+)  # SGLang's open paths (/health_generate too)
 
 
 def log(msg: str, err: bool = False) -> None:
@@ -95,7 +101,10 @@ class Emulator:
             profile.max_total_num_tokens if profile else 4 * context
         )
         self.limits = Limits(context, max_total, vocab.meta.vocab_size)
-        self.seed: int = args.random_seed if args.random_seed is not None else 0
+        # SGLang draws the seed per launch when --random-seed is absent (serving_hook.py).
+        self.seed: int = (
+            args.random_seed if args.random_seed is not None else random.randint(0, 1 << 30)
+        )
         self.latency = LatencyModel(args.emu_prefill_tokens_per_s, args.emu_decode_ms_per_token)
         slots = args.emu_running_slots or args.max_running_requests or None
         if profile is not None:
@@ -197,10 +206,17 @@ class Emulator:
         return _json(self.model_info_dict())
 
     def server_args_dict(self) -> dict[str, Any]:
-        """The resolved server args, flat like ``ServerArgs``; the api key is never reported."""
+        """The resolved server args, flat like ``ServerArgs``. As SGLang 0.5.23 does, the API
+        key is reported in plaintext (``admin_api_key`` is not); ``--emu-*`` flags are not."""
         a = self.args
         skip = {"api_key", "admin_api_key", "model_path", "tokenizer_path"}
-        flags = {k: v for k, v in vars(a.ns).items() if k not in skip}
+        flags = {
+            k: v
+            for k, v in vars(a.ns).items()
+            if k not in skip
+            and not k.startswith("emu_")
+            and (k in _MODELLED or v not in (None, False))
+        }
         return {
             "model_path": a.model_path,
             "tokenizer_path": a.tokenizer_path or a.model_path,
@@ -221,7 +237,7 @@ class Emulator:
             else 8192,
             "hicache_ratio": a.hicache_ratio if a.hicache_ratio is not None else 2.0,
             "random_seed": self.seed,
-            "api_key": None,
+            "api_key": a.api_key,
             "admin_api_key": None,
         }
 
@@ -251,8 +267,6 @@ class Emulator:
             "version": SGLANG_VERSION,
             "frontend": "python",
             "emulator": True,
-            "emulator_unknown_args": self.args.unknown_redacted,
-            "model_context_length": limits.context_len,
         }
         return _json(info)
 
@@ -345,12 +359,18 @@ class Emulator:
             self.stats.errors_4xx += 1
             err = {
                 "type": "json_invalid",
-                "loc": ("body", 0),
+                "loc": ("body", e.pos),
                 "msg": "JSON decode error",
                 "input": {},
-                "ctx": {"error": str(e)},
+                "ctx": {"error": e.msg},
             }
-            return _error(ValidationError(str([err])))
+            # FastAPI's RequestValidationError text, as SGLang 0.5.23's handler renders it.
+            return _error(
+                ValidationError(
+                    f'1 validation error:\n  {err}\n\n  File "sglang/srt/entrypoints/'
+                    f'http_server.py", line 928, in generate_request\n    POST /generate [{err}]'
+                )
+            )
         exempt = isinstance(body, dict) and is_exempt(body.get("rid"))
         if not exempt and self.faults.count_and_check_crash():
             log(

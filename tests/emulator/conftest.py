@@ -29,7 +29,10 @@ def ledger_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def emu(tmp_path_factory: pytest.TempPathFactory, ledger_path: Path) -> Iterator[EmulatorProcess]:
     """The shared default emulator (context 8192 so length limits are cheap to hit)."""
     factory = EmulatorFactory(tmp_path_factory.mktemp("emu"))
-    yield factory.start("--context-length", "8192", "--emu-ledger", str(ledger_path))
+    # A fixed seed: without one the emulator, like SGLang, draws one per launch.
+    yield factory.start(
+        "--context-length", "8192", "--random-seed", "0", "--emu-ledger", str(ledger_path)
+    )  # fmt: skip
     factory.stop_all()
 
 

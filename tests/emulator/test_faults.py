@@ -69,9 +69,9 @@ def _outcome(emu: EmulatorProcess, body: dict[str, Any] = BODY) -> str:
 
 def test_faults_are_seeded_and_spare_health_checks(emu_factory: EmulatorFactory) -> None:
     a, b, c = emu_factory.start_many(
-        [*FAULT_FLAGS, "--emu-fault-seed", "11"],
-        [*FAULT_FLAGS, "--emu-fault-seed", "11"],
-        [*FAULT_FLAGS, "--emu-fault-seed", "12"],
+        [*FAULT_FLAGS, "--emu-fault-seed", "11", "--random-seed", "0"],
+        [*FAULT_FLAGS, "--emu-fault-seed", "11", "--random-seed", "0"],
+        [*FAULT_FLAGS, "--emu-fault-seed", "12", "--random-seed", "0"],
     )
     seq = [_outcome(a) for _ in range(60)]
     assert {"400", "500", "503", "reset", "abort"} <= set(seq)

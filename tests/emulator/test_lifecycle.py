@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import httpx
+import pytest
 
 from tests.support import TOKENIZER_DIR
 from tests.support.emulator import EmulatorFactory, EmulatorProcess
@@ -72,8 +75,7 @@ def test_api_key(emu_factory: EmulatorFactory) -> None:
     assert emu.client.get("/server_info").status_code == 401
     info = emu.client.get("/server_info", headers=auth)
     assert info.status_code == 200
-    assert key not in info.text
-    assert info.json()["api_key"] is None
+    assert info.json()["api_key"] == key  # plaintext, as SGLang 0.5.23 reports it
     assert info.json()["tp_size"] == 8
     assert info.json()["reasoning_parser"] == "kimi_k2"
     assert emu.client.get("/model_info", headers=auth).json()["reasoning_parser"] == "kimi_k2"
@@ -101,26 +103,57 @@ def test_launch_flags_accepted(emu_factory: EmulatorFactory) -> None:
         "--max-running-requests", "256", "--chunked-prefill-size", "8192", "--random-seed", "1",
         "--skip-server-warmup", "--log-level", "warning", "--served-model-name", "kimi",
         "--max-queued-requests", "1000", "--tool-call-parser", "kimi_k2", "--enable-metrics",
-        "--stream-interval", "4",
-        "--some-future-flag", "7", "--enable-something-new", "--hf-token", "tok-s3cret",
+        "--stream-interval", "4", "--api-key", "k-s3cret",
+        # SGLang flags the emulator does not model, and SGLang's abbreviations (allow_abbrev)
+        "--enable-deterministic-inference", "--context-len", "8192",
     )  # fmt: skip
-    info = emu.client.get("/server_info").json()
+    auth = {"Authorization": "Bearer k-s3cret"}
+    info = emu.client.get("/server_info", headers=auth).json()
     assert info["tp_size"] == 8 and info["dp_size"] == 2
     assert info["mem_fraction_static"] == 0.88 and info["enable_hierarchical_cache"] is True
     assert info["hicache_size"] == 48 and info["hicache_ratio"] == 2.5
     assert info["num_continuous_decode_steps"] == 4 and info["trust_remote_code"] is True
     assert info["served_model_name"] == "kimi" and info["max_running_requests"] == 256
+    assert info["enable_deterministic_inference"] is True and info["context_length"] == 8192
     assert len(info["internal_states"]) == 2
-    assert info["emulator_unknown_args"] == [
-        "--some-future-flag", "7", "--enable-something-new", "--hf-token", "<redacted>",
-    ]  # fmt: skip
-    assert "unknown arguments" in emu.stderr
-    assert "tok-s3cret" not in emu.client.get("/server_info").text
-    models = emu.client.get("/v1/models").json()
+    # As SGLang 0.5.23 reports them: the key in plaintext, the argv joined by spaces.
+    assert info["api_key"] == "k-s3cret" and info["random_seed"] == 1
+    assert info["launch_command"].startswith("--model-path ")
+    assert info["launch_command"].endswith(
+        "--api-key k-s3cret --enable-deterministic-inference --context-len 8192"
+    )
+    models = emu.client.get("/v1/models", headers=auth).json()
     assert models["object"] == "list" and models["data"][0]["id"] == "kimi"
-    emu.generate({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 3}})
+    emu.generate({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 3}}, headers=auth)
     assert emu.stop() == 0  # SIGTERM is a clean exit
-    assert "tok-s3cret" not in emu.stdout + emu.stderr
+    assert "s3cret" not in emu.stdout + emu.stderr  # the emulator's own log redacts
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--no-such-flag", "1"], "error: unrecognized arguments: --no-such-flag 1"),
+        (["--enable-something-new"], "error: unrecognized arguments: --enable-something-new"),
+        (["--max", "2"], "error: ambiguous option: --max could match"),
+    ],
+)
+def test_unknown_or_ambiguous_flag_exits_2(flags: list[str], error: str) -> None:
+    """SGLang's argparse exits 2 on these; a launcher must see the same from the emulator."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sglang_emulator", "--model-path", str(TOKENIZER_DIR), *flags],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert error in done.stderr
+
+
+def test_random_seed_drawn_per_launch(emu_factory: EmulatorFactory) -> None:
+    """Without --random-seed, SGLang draws one per launch and /server_info reports it."""
+    a, b = emu_factory.start_many([], [])
+    seeds = [e.client.get("/server_info").json()["random_seed"] for e in (a, b)]
+    assert all(isinstance(s, int) for s in seeds) and seeds[0] != seeds[1]
+    info = a.client.get("/server_info").json()
+    assert info["api_key"] is None and "emu_ledger" not in info
 
 
 def test_model_info(emu: EmulatorProcess) -> None:

@@ -325,6 +325,13 @@ async def test_api_key_never_leaks(
         async with SGLangClient(spec.base_url, api_key=api_key) as client:
             await wait_until_healthy(client, deadline_s=30, process=sp, progress_every_s=0.2)
             facts = await preflight(client, server=spec, model=model_spec(), api_key=api_key)
+        # As SGLang 0.5.23 does, the emulator reports the key in plaintext: only our
+        # pre-flight's sanitize keeps it out of the facts that reach the manifest and logs.
+        raw = httpx.get(
+            f"{spec.base_url}/server_info", headers={"Authorization": f"Bearer {key}"}
+        ).json()
+        assert raw["api_key"] == key and key in raw["launch_command"]
+        assert key in str(raw["internal_states"])
         r = httpx.post(
             f"{spec.base_url}/generate",
             json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 1}},

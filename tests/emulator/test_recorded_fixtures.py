@@ -1,0 +1,243 @@
+"""The emulator replays what SGLang 0.5.23's real app answered (tests/fixtures/sglang-0.5.23,
+recorded by conformance/record.py) and must agree on the status, the body's shape (keys and value
+types, recursively) and the exact text our client reads (error messages, finish_reason,
+meta_info's counts and id).
+
+Each fixture's launch flags are the emulator's, with two stand-ins for the real app's CPU fake:
+requests it held in flight (rid ``...conformance:hold``) are held here by a slow decode, and the
+abort it got from ``/abort_request`` comes from the emulator's abort fault.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from eagle3_datagen.sglang.client import _error_message
+from tests.support import REPO, TOKENIZER_DIR
+from tests.support.emulator import EmulatorFactory, EmulatorProcess
+
+FIXTURES = REPO / "tests" / "fixtures" / "sglang-0.5.23"
+KEY = "replay-key"
+HOLD = "conformance:hold"
+# The real app's fake holds these rids until aborted; the emulator holds them by decoding slowly.
+SLOW = ["--emu-decode-ms-per-token", "3000"]
+ABORT = ["--emu-fault-abort-rate", "1"]
+# Harness flags of the recording and the emulator's flags for the same start-up phases.
+STARTUP = {
+    "--fake-load-s": "--emu-startup-refuse-s",
+    "--fake-warmup-delay-s": "--emu-startup-503-s",
+}
+# What SGLang reports that the emulator does not: the server_info keys of SGLang's ~550 server
+# args the pipeline never reads; the check is that every key the emulator sends is SGLang's.
+SUBSET_PATHS = {"/server_info"}
+EMULATOR_ONLY_KEYS = {"emulator"}
+# null in the recording only because the CPU fake has no real scheduler: it has no start-up to
+# time (on a GPU a dict of phase timings) and reports max_running_requests unresolved (SGLang's
+# scheduler always resolves it to an int).
+HARNESS_NULL = {"startup_time", "effective_max_running_requests_per_dp"}
+# The CPU fake's scheduler reports only its own state per DP rank; SGLang's scheduler puts the
+# resolved server args there too (managers/scheduler_components/internal_state.py:45-75), as
+# the emulator does: there, every recorded key must be present, and more are allowed.
+SCHEDULER_STATE = "internal_states[0]"
+
+
+def load(kind: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path in sorted(FIXTURES.glob("*.json")):
+        data = json.loads(path.read_text())
+        if data["kind"] == kind:
+            out.append((path.stem, data))
+    return out
+
+
+def substitute(value: Any) -> Any:
+    return json.loads(json.dumps(value).replace("<api-key>", KEY))
+
+
+def shape(value: Any) -> Any:
+    """Keys and value types, recursively (a list: the set of its elements' shapes)."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        shapes: list[Any] = []
+        for v in value:
+            s = shape(v)
+            if s not in shapes:
+                shapes.append(s)
+        return shapes
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number" if isinstance(value, float) else "int"
+    return "null" if value is None else type(value).__name__
+
+
+def assert_same_shape(real: Any, emu: Any, where: str, subset: bool = False) -> None:
+    if isinstance(real, dict) and isinstance(emu, dict) and where.endswith(SCHEDULER_STATE):
+        assert set(real) <= set(emu), f"{where}: keys missing: {sorted(set(real) - set(emu))}"
+        for k in set(real):
+            if not (k in HARNESS_NULL and real[k] is None):
+                assert_same_shape(real[k], emu[k], f"{where}.{k}")
+        return
+    if isinstance(real, dict) and isinstance(emu, dict):
+        extra = set(emu) - set(real) - EMULATOR_ONLY_KEYS
+        assert not extra, f"{where}: keys SGLang does not send: {sorted(extra)}"
+        if not subset:
+            missing = set(real) - set(emu)
+            assert not missing, f"{where}: keys missing: {sorted(missing)}"
+        for k in set(real) & set(emu):
+            if k in HARNESS_NULL and real[k] is None:
+                continue
+            assert_same_shape(real[k], emu[k], f"{where}.{k}", subset)
+        return
+    if isinstance(real, list) and isinstance(emu, list):
+        for r in real[:1]:
+            for e in emu[:1]:
+                assert_same_shape(r, e, f"{where}[0]", subset)
+        return
+    r, e = shape(real), shape(emu)
+    if {r, e} == {"int", "number"}:
+        return  # JSON numbers: 0.0 and 0 are one type to a reader
+    assert r == e, f"{where}: SGLang sends {r} ({real!r}), the emulator {e} ({emu!r})"
+
+
+def client_view(status: int, body: Any, text: str | None) -> dict[str, Any]:
+    """What our client reads from an answer (sglang/client.py)."""
+    if status != 200:
+        raw = json.dumps(body).encode() if body is not None else (text or "").encode()
+        return {"message": _normalise_message(_error_message(raw))}
+    if not isinstance(body, dict) or "meta_info" not in body:
+        return {}
+    meta = body["meta_info"]
+    finish = meta["finish_reason"]
+    return {
+        "id": meta["id"],
+        "finish_type": finish["type"],
+        "finish_message": finish.get("message"),
+        "prompt_tokens": meta["prompt_tokens"],
+        "completion_tokens_is_len": meta["completion_tokens"] == len(body["output_ids"]),
+    }
+
+
+def _normalise_message(message: str) -> str:
+    """Volatile parts of FastAPI's validation text: the traceback and the parser's offsets."""
+    message = message.split("\n\n")[0]
+    message = re.sub(r"\('body', \d+\)", "('body', N)", message)
+    return re.sub(r"'ctx': \{'error': '[^']*'\}", "'ctx': {'error': E}", message)
+
+
+def send(url: str, req: dict[str, Any]) -> httpx.Response:
+    kw: dict[str, Any] = {"headers": req.get("headers", {}), "timeout": 60.0}
+    if "body" in req:
+        kw["json"] = req["body"]
+    elif "body_text" in req:
+        kw["content"] = req["body_text"].encode()
+        kw["headers"] = {**kw["headers"], "content-type": "application/json"}
+    return httpx.request(req["method"], f"{url}{req['path']}", **kw)
+
+
+def replay_flags(name: str, fixture: dict[str, Any]) -> tuple[str, ...]:
+    flags = list(substitute(fixture["launch_args"]))
+    if "abort_rid" in fixture:
+        flags += ABORT
+    elif "background" in fixture:
+        flags += SLOW
+    return tuple(flags)
+
+
+@pytest.fixture(scope="module")
+def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, ...], Any]]:
+    """One emulator per distinct set of replay flags, started together."""
+    factory = EmulatorFactory(tmp_path_factory.mktemp("replay"))
+    wanted = sorted({replay_flags(n, f) for n, f in load("http")})
+    started = {flags: factory.start(*flags, wait=False) for flags in wanted}
+    yield {flags: emu.wait_ready() for flags, emu in started.items()}
+    factory.stop_all()
+
+
+@pytest.mark.parametrize(("name", "fixture"), load("http"), ids=[n for n, _ in load("http")])
+def test_http_answer_agrees(
+    emulators: dict[tuple[str, ...], EmulatorProcess], name: str, fixture: dict[str, Any]
+) -> None:
+    emu = emulators[replay_flags(name, fixture)]
+    request = substitute(fixture["request"])
+    held: list[threading.Thread] = []
+    for bg in substitute(fixture.get("background", [])):
+        t = threading.Thread(target=send, args=(emu.url, bg), daemon=True)
+        t.start()
+        held.append(t)
+    if held:
+        time.sleep(1.0)
+    got = send(emu.url, request)
+    for t in held:
+        t.join(30)
+    real = fixture["response"]
+    try:
+        body: Any = got.json()
+    except ValueError:
+        body = None
+    assert got.status_code == real["status"], got.text
+    assert_same_shape(real["body"], body, name, subset=request["path"] in SUBSET_PATHS)
+    assert client_view(got.status_code, body, got.text) == client_view(
+        real["status"], real["body"], real.get("body_text")
+    )
+
+
+def test_health_during_startup_agrees(emu_factory: EmulatorFactory) -> None:
+    [(_, fixture)] = load("health_startup")
+    flags = list(fixture["launch_args"])
+    harness = fixture["harness_args"]
+    for flag, value in zip(harness[::2], harness[1::2], strict=True):
+        flags += [STARTUP[flag], value]
+    emu = emu_factory.start(*flags, wait=False)
+    seen: list[int] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and 200 not in seen:
+        try:
+            code = httpx.get(f"{emu.url}/health", timeout=5).status_code
+        except httpx.TransportError:
+            code = 0
+        if not seen or seen[-1] != code:
+            seen.append(code)
+        time.sleep(0.1)
+    assert seen == fixture["statuses"]
+
+
+@pytest.mark.parametrize(("name", "fixture"), load("launch"), ids=[n for n, _ in load("launch")])
+def test_refused_launch_agrees(name: str, fixture: dict[str, Any]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sglang_emulator", "--model-path", str(TOKENIZER_DIR),
+         *fixture["launch_args"]],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == fixture["exit_code"]
+    error = done.stderr.strip().splitlines()[-1].split(": error: ", 1)[1]
+    real = fixture["error"]
+    if " could match " in real:  # the candidates are listed in parser order: compare as sets
+        head, _, names = real.partition(" could match ")
+        got_head, _, got_names = error.partition(" could match ")
+        assert got_head == head
+        assert set(got_names.split(", ")) == set(names.split(", "))
+    else:
+        assert error == real
+
+
+def test_every_case_our_client_depends_on_is_recorded() -> None:
+    names = {p.stem for p in FIXTURES.glob("*.json")}
+    for needed in ("generate_success", "generate_stop", "generate_length", "generate_abort",
+                   "error_contract_unknown_key", "error_prompt_too_long",
+                   "error_total_over_context", "error_verify_repetition_penalty",
+                   "error_duplicate_rid", "error_malformed_json", "auth_wrong_key",
+                   "auth_missing_key", "auth_health_exempt", "error_queue_full",
+                   "health_startup", "server_info", "model_info", "v1_models"):  # fmt: skip
+        assert needed in names
