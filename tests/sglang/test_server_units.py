@@ -152,6 +152,7 @@ def test_secret_names_and_sanitize() -> None:
         "speculative_num_draft_tokens",
         "max_req_input_len",
         "kv_cache_dtype",
+        "--emu-decode-ms-per-token",  # a unit, not a credential
     ):
         assert not is_secret_name(name), name
     info = {

@@ -13,10 +13,12 @@ from collections.abc import Iterable, Sequence
 
 REDACTED = "***"
 
-# Name parts that mark a secret. "token" only as a whole word: --max-total-tokens,
-# --tokenizer-path and skip_tokenizer_init are facts; --hf-token and auth_token are secrets.
+# Name parts that mark a secret. "token" only as a whole word and not a unit: --max-total-tokens,
+# --tokenizer-path, skip_tokenizer_init and --decode-ms-per-token are facts; --hf-token and
+# auth_token are secrets.
 _SECRET_SUBSTRINGS = ("key", "secret", "password", "passwd", "credential")
 _SECRET_WORDS = frozenset({"token", "auth"})
+_UNIT_PREFIX = "per"
 _WHITESPACE = re.compile(r"(\s+)")
 
 
@@ -25,7 +27,11 @@ def is_secret_name(name: str) -> bool:
     lowered = name.lower().lstrip("-")
     if any(s in lowered for s in _SECRET_SUBSTRINGS):
         return True
-    return any(word in _SECRET_WORDS for word in re.split(r"[_\-.]", lowered))
+    words = re.split(r"[_\-.]", lowered)
+    return any(
+        word in _SECRET_WORDS and (i == 0 or words[i - 1] != _UNIT_PREFIX)
+        for i, word in enumerate(words)
+    )
 
 
 def _hide_values(text: str, secrets: Sequence[str], mask: str) -> str:
