@@ -83,6 +83,17 @@ def _print_summary(manifest: dict[str, Any], output_dir: str) -> None:
     print(f"manifest: {Path(output_dir) / 'manifest.json'}")
 
 
+def _run_and_report(what: str, config: PipelineConfig, **options: Any) -> int:
+    """Run the pipeline; print the dataset's summary (exit 0) or why ``what`` failed (exit 1)."""
+    ok, result = run_pipeline(config, **options)
+    if not ok:
+        print(f"eagle3-datagen: {what} failed: {result}", file=sys.stderr)
+        return 1
+    assert isinstance(result, dict)
+    _print_summary(result, config.output_dir)
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     updates: dict[str, Any] = {}
@@ -94,19 +105,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         config.partition(name)
     if args.fan_out and args.server_url:
         raise ConfigError("--fan-out and --server-url exclude each other: each job has its server")
-    ok, result = run_pipeline(
+    return _run_and_report(
+        "run",
         config,
         partitions=args.partition,
         server_url=args.server_url,
         overwrite=args.overwrite,
         fan_out=args.fan_out,
     )
-    if not ok:
-        print(f"eagle3-datagen: run failed: {result}", file=sys.stderr)
-        return 1
-    assert isinstance(result, dict)
-    _print_summary(result, config.output_dir)
-    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -115,13 +121,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else default_output_dir()
     config = demo_config(output)
     print(f"demo: emulator on port {config.server.port}, Prefect local backend, output {output}")
-    ok, result = run_pipeline(config)
-    if not ok:
-        print(f"eagle3-datagen: demo failed: {result}", file=sys.stderr)
-        return 1
-    assert isinstance(result, dict)
-    _print_summary(result, config.output_dir)
-    return 0
+    return _run_and_report("demo", config)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
@@ -155,7 +154,20 @@ def _stale(err: aiohttp.ClientError) -> bool:
     )
 
 
-class SGLangClient:
+class ClosedOnExit:
+    """``async with x:`` closes ``x`` (its ``aclose``) on the way out, whatever happened inside."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class SGLangClient(ClosedOnExit):
     """One connection pool to one SGLang server (or router). Use as an async context manager.
 
     The aiohttp session is made on first use, on the event loop that uses it (a session cannot
@@ -205,17 +217,6 @@ class SGLangClient:
         if self._fresh is None:
             self._fresh = self._new_session(aiohttp.TCPConnector(force_close=True))
         return self._fresh
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         for session in (self._session, self._fresh):

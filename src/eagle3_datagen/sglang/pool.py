@@ -14,11 +14,10 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from eagle3_datagen.errors import RetryableRequestError
-from eagle3_datagen.sglang.client import GenerateResult, SGLangClient
+from eagle3_datagen.sglang.client import ClosedOnExit, GenerateResult, SGLangClient
 
 
 @dataclass(slots=True)
@@ -30,7 +29,7 @@ class _Member:
     sent: int = 0
 
 
-class ServerPool:
+class ServerPool(ClosedOnExit):
     """Same ``generate`` as :class:`SGLangClient`, over several servers."""
 
     def __init__(
@@ -94,17 +93,6 @@ class ServerPool:
     async def aclose(self) -> None:
         for m in self.members:
             await m.client.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def split_urls(urls: str) -> list[str]:
