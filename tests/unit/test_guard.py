@@ -19,10 +19,15 @@ def tok() -> ChatTokenizer:
     return ChatTokenizer(str(TOKENIZER_DIR))
 
 
-def _dataset(root: Path, tok: ChatTokenizer, temperature: float = 1.0) -> dict:
+def _fingerprint(tok: ChatTokenizer, temperature: float) -> dict:
+    """The fingerprint of a two-partition run (p1, p2) sampled at ``temperature``."""
     config = make_config(("p1", "p2"))
     config.sampling.temperature = temperature
-    fp = make_fingerprint(config, tok)
+    return make_fingerprint(config, tok)
+
+
+def _dataset(root: Path, tok: ChatTokenizer, temperature: float = 1.0) -> dict:
+    fp = _fingerprint(tok, temperature)
     t = Tok(tok)
     write_dataset(
         root,
@@ -39,9 +44,7 @@ def test_same_settings_pass(tmp_path: Path, tok: ChatTokenizer) -> None:
 
 def test_other_settings_refused_naming_the_change(tmp_path: Path, tok: ChatTokenizer) -> None:
     _dataset(tmp_path, tok, temperature=1.0)
-    config = make_config(("p1", "p2"))
-    config.sampling.temperature = 0.5
-    new_fp = make_fingerprint(config, tok)
+    new_fp = _fingerprint(tok, 0.5)
     with pytest.raises(OutputConflictError, match=r"sampling\.temperature"):
         guard_output(tmp_path, new_fp, ["p1"])
     # Refusing deletes nothing.
@@ -54,9 +57,7 @@ def test_overwrite_deletes_only_the_partitions_this_run_runs(
 ) -> None:
     """A fan-out job for p1 must never delete p2, which another job may be writing."""
     _dataset(tmp_path, tok, temperature=1.0)
-    config = make_config(("p1", "p2"))
-    config.sampling.temperature = 0.5
-    new_fp = make_fingerprint(config, tok)
+    new_fp = _fingerprint(tok, 0.5)
     said = guard_output(tmp_path, new_fp, ["p1"], overwrite=True)
     assert said is not None and "p1" in said and "p2" not in said
     assert not PartitionOutput(tmp_path, "p1").shard_paths()
@@ -68,9 +69,7 @@ def test_stale_shards_refused_even_when_the_manifest_agrees(
 ) -> None:
     """Job A already wrote the new manifest; job B's partition still holds old shards."""
     _dataset(tmp_path, tok, temperature=1.0)
-    config = make_config(("p1", "p2"))
-    config.sampling.temperature = 0.5
-    new_fp = make_fingerprint(config, tok)
+    new_fp = _fingerprint(tok, 0.5)
     t = Tok(tok)
     write_dataset(tmp_path, new_fp, {"p1": [Batch(records=[t.record("p1-1", "p1")])]})
     with pytest.raises(OutputConflictError, match="p2: shards written under other settings"):
