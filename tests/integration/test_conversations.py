@@ -22,22 +22,15 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen.generate.batch import PartitionRunner
-from eagle3_datagen.inputs.prompts import plan_batches
-from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.report.data_picture import partition_picture, picture_markdown
-from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.validate.dataset import validate_dataset
-from eagle3_datagen.validate.tokens import TokenIds
 from eagle3_datagen.write.export import export_dataset
 from eagle3_datagen.write.manifest import summarize_on_disk
-from eagle3_datagen.write.shards import PartitionOutput
 from tests.support import TOKENIZER_DIR
 from tests.support.emulator import read_ledger
-from tests.support.pipeline import CliRun, base_config
+from tests.support.pipeline import CliRun, base_config, run_batches, write_config
 from tests.support.prompts import WEATHER_TOOL
 
 NO_RANDOM_TOOLS = ("--emu-tool-call-rate", "0")
@@ -87,19 +80,6 @@ def _config(tmp_path: Path, rows: list[dict[str, Any]], **partition: Any) -> Pip
     )
 
 
-async def _run(config: PipelineConfig, url: str) -> PartitionOutput:
-    tok = ChatTokenizer(str(TOKENIZER_DIR))
-    out = PartitionOutput(config.output_dir, "p")
-    async with SGLangClient(url) as client:
-        runner = PartitionRunner(
-            config=config, partition="p", tokenizer=tok,
-            ids=TokenIds.resolve(tok, config.special_tokens), client=client, output=out,
-        )  # fmt: skip
-        for spec in plan_batches("p", config.partition("p").input, config.batch_size):
-            await runner.run_batch(spec)
-    return out
-
-
 def _rows(paths: list[Path]) -> list[dict[str, Any]]:
     return pq.read_table(paths).to_pylist() if paths else []
 
@@ -141,7 +121,7 @@ async def test_three_turns_with_a_tool_call_are_rendered_on_the_models_own_histo
     ledger = tmp_path / "ledger.jsonl"
     emu = emulator_factory(*NO_RANDOM_TOOLS, ledger=ledger).wait_ready()
     row = weather_conversation("wx", asked_city="Paris")
-    out = await _run(_config(tmp_path, [row], regenerate="all_turns"), emu.url)
+    out = await run_batches(_config(tmp_path, [row], regenerate="all_turns"), emu.url)
 
     records = {r["id"]: r for r in _rows(out.shard_paths())}
     assert sorted(records) == ["wx#t0", "wx#t1", "wx#t2"]
@@ -190,7 +170,7 @@ async def test_a_diverging_tool_call_stops_the_conversation_with_its_reason(
     emu = emulator_factory(*NO_RANDOM_TOOLS).wait_ready()
     rows = [weather_conversation("same", asked_city="Paris"),
             weather_conversation("other", asked_city="Rome")]  # fmt: skip
-    out = await _run(_config(tmp_path, rows, regenerate="all_turns"), emu.url)
+    out = await run_batches(_config(tmp_path, rows, regenerate="all_turns"), emu.url)
 
     records = {r["id"]: r for r in _rows(out.shard_paths())}
     assert sorted(records) == ["other#t0", "same#t0", "same#t1", "same#t2"]
@@ -212,7 +192,7 @@ async def test_n_samples_give_n_records_per_prompt_with_their_sampling(
     rows = [{"id": f"q{i}", "messages": [{"role": "user", "content": f"Question {i}?"}]}
             for i in range(3)]  # fmt: skip
     config = _config(tmp_path, rows, samples=4, temperatures=[0.0, 0.6, 1.0])
-    out = await _run(config, emu.url)
+    out = await run_batches(config, emu.url)
 
     records = _rows(out.shard_paths())
     assert sorted(r["id"] for r in records) == [f"q{i}#s{n}" for i in range(3) for n in range(4)]
@@ -236,7 +216,7 @@ async def test_samples_of_all_turns_and_the_offline_checks(
     emu = emulator_factory(*NO_RANDOM_TOOLS).wait_ready()
     rows = [weather_conversation("a", asked_city="Paris"), {"id": "bad", "messages": []}]
     config = _config(tmp_path, rows, regenerate="all_turns", samples=2)
-    out = await _run(config, emu.url)
+    out = await run_batches(config, emu.url)
     ids = sorted(r["id"] for r in _rows(out.shard_paths()))
     assert ids == [f"a#s{n}#t{k}" for n in range(2) for k in range(3)]
     rejects = _rows(sorted(out.rejects_dir.glob("*.parquet")))
@@ -270,10 +250,7 @@ def test_a_kill_in_the_middle_of_a_multi_turn_partition_resumes_exactly(
         data["tiers"][0]["concurrency"] = 4
         data["batch_size"] = 8
         data["partitions"][0].update(regenerate="all_turns", samples=2)
-        data["output_dir"] = str(out)
-        path = out.parent / f"{out.name}.yaml"
-        path.write_text(yaml.safe_dump(data))
-        return path
+        return write_config(data, out)
 
     ref = CliRun(config_file(tmp_path / "ref"), tmp_path / "ref.log")
     assert ref.wait(240) == 0, ref.output()

@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from eagle3_datagen.cli import run_pipeline
 from eagle3_datagen.config import PipelineConfig
 from tests.support.emulator import read_ledger
-from tests.support.pipeline import CliRun, base_config, records
+from tests.support.pipeline import CliRun, base_config, records, write_config
 from tests.support.prompts import prompt_ids, write_prompts
 
 pytestmark = pytest.mark.usefixtures("prefect_backend")
@@ -79,10 +78,7 @@ def test_sigkill_at_five_points_resumes_to_the_uninterrupted_dataset(
         data = base_config(tmp_path, prompts)
         data["server"] = {"mode": "attach", "url": emu.url}
         data["tiers"][0]["concurrency"] = concurrency
-        data["output_dir"] = str(out)
-        path = out.parent / f"{out.name}.yaml"
-        path.write_text(yaml.safe_dump(data))
-        return path
+        return write_config(data, out)
 
     # Uninterrupted reference run.
     ref = CliRun(config_file(tmp_path / "ref"), tmp_path / "ref.log")

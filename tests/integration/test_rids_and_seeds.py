@@ -17,13 +17,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen.generate.batch import PartitionRunner
-from eagle3_datagen.inputs.prompts import plan_batches
-from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.sglang.client import SGLangClient
-from eagle3_datagen.validate.tokens import TokenIds
-from eagle3_datagen.write.shards import PartitionOutput
 from tests.support import TOKENIZER_DIR
+from tests.support.pipeline import run_batches
 
 
 def _config(tmp_path: Path, seed: int | None) -> PipelineConfig:
@@ -45,16 +40,7 @@ def _config(tmp_path: Path, seed: int | None) -> PipelineConfig:
 
 
 async def _run(config: PipelineConfig, url: str, run_id: str) -> dict[str, dict[str, Any]]:
-    tok = ChatTokenizer(str(TOKENIZER_DIR))
-    out = PartitionOutput(config.output_dir, "p")
-    async with SGLangClient(url) as client:
-        runner = PartitionRunner(
-            config=config, partition="p", tokenizer=tok,
-            ids=TokenIds.resolve(tok, config.special_tokens), client=client, output=out,
-            run_id=run_id,
-        )  # fmt: skip
-        for spec in plan_batches("p", config.partition("p").input, config.batch_size):
-            await runner.run_batch(spec)
+    out = await run_batches(config, url, run_id=run_id)
     rows = pq.read_table(out.shard_paths()).to_pylist()
     return {r["id"]: r for r in rows}
 

@@ -10,12 +10,7 @@ import pyarrow.parquet as pq
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import TOKENIZER_DIR
-from eagle3_datagen.generate.batch import PartitionRunner
-from eagle3_datagen.inputs.prompts import plan_batches
-from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.sglang.client import SGLangClient
-from eagle3_datagen.validate.tokens import TokenIds
-from eagle3_datagen.write.shards import PartitionOutput
+from tests.support.pipeline import run_batches
 
 
 def make(tmp_path: Path, texts: list[str]) -> PipelineConfig:
@@ -35,16 +30,7 @@ def make(tmp_path: Path, texts: list[str]) -> PipelineConfig:
 
 
 async def run(config: PipelineConfig, url: str, context_length: int | None) -> dict[str, Any]:
-    tok = ChatTokenizer(str(TOKENIZER_DIR))
-    out = PartitionOutput(config.output_dir, "p")
-    async with SGLangClient(url) as client:
-        runner = PartitionRunner(
-            config=config, partition="p", tokenizer=tok,
-            ids=TokenIds.resolve(tok, config.special_tokens), client=client, output=out,
-            context_length=context_length,
-        )  # fmt: skip
-        for spec in plan_batches("p", config.partition("p").input, config.batch_size):
-            await runner.run_batch(spec)
+    out = await run_batches(config, url, context_length=context_length)
     rejects = pq.read_table(sorted(out.rejects_dir.glob("*.parquet"))).to_pylist()
     accepted = pq.read_table(out.shard_paths()).column("id").to_pylist()
     return {"accepted": accepted, "rejects": {r["id"]: r for r in rejects}}

@@ -1,5 +1,6 @@
-"""Whole-pipeline runs in tests: a base config over the emulator, the CLI as a child process
-(output to a file), the accepted records read back from Parquet."""
+"""Whole-pipeline runs in tests: a base config over the emulator, the config file, the CLI as a
+child process (output to a file), one partition's batches run without Prefect, the accepted
+records read back from Parquet."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import yaml
 
+from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.generate.batch import PartitionRunner
+from eagle3_datagen.inputs.prompts import plan_batches
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.sglang.client import SGLangClient
+from eagle3_datagen.validate.tokens import TokenIds
+from eagle3_datagen.write.shards import PartitionOutput
 from tests.support import TOKENIZER_DIR, free_port
 
 
@@ -34,6 +43,30 @@ def base_config(tmp_path: Path, prompts: Path, **server: Any) -> dict[str, Any]:
         "batch_size": 32,
         "retries": {"max_attempts": 8, "backoff_initial_s": 0.05, "backoff_max_s": 0.5},
     }
+
+
+def write_config(data: dict[str, Any], out: Path) -> Path:
+    """``data`` writing to ``out``, saved as ``out.yaml`` beside it; returns the file."""
+    data["output_dir"] = str(out)
+    path = out.parent / f"{out.name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+async def run_batches(config: PipelineConfig, url: str, **runner: Any) -> PartitionOutput:
+    """Every batch of partition ``p`` through one PartitionRunner, in order, without Prefect;
+    ``runner`` adds PartitionRunner arguments (e.g. ``run_id``, ``context_length``)."""
+    tok = ChatTokenizer(str(TOKENIZER_DIR))
+    out = PartitionOutput(config.output_dir, "p")
+    async with SGLangClient(url) as client:
+        partition_runner = PartitionRunner(
+            config=config, partition="p", tokenizer=tok,
+            ids=TokenIds.resolve(tok, config.special_tokens), client=client, output=out,
+            **runner,
+        )  # fmt: skip
+        for spec in plan_batches("p", config.partition("p").input, config.batch_size):
+            await partition_runner.run_batch(spec)
+    return out
 
 
 def records(output_dir: Path, partition: str) -> dict[str, dict[str, Any]]:
