@@ -17,7 +17,7 @@ from prefect.artifacts import (
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.errors import PartitionFailed
-from eagle3_datagen.generate.batch import PartitionRunner
+from eagle3_datagen.generate.batch import PartitionRunner, connect_partition
 from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.generate.plan import plan_partition
 from eagle3_datagen.generate.progress import Progress
@@ -33,7 +33,6 @@ from eagle3_datagen.report.ui import (
     partition_summary,
     progress_percent,
 )
-from eagle3_datagen.sglang.pool import connect
 from eagle3_datagen.write.resume import drop_superseded, superseded_line
 from eagle3_datagen.write.shards import PartitionOutput
 from flows.secrets import api_key_for
@@ -45,16 +44,23 @@ PROGRESS_EVERY_S = 10.0
 async def _report_progress(
     partition: str, progress: Progress, artifact_id: UUID, every_s: float
 ) -> None:
-    """Log the seed's progress line and update the progress artifact until cancelled."""
+    """Log the seed's progress line and update the progress artifact until cancelled.
+
+    An update that fails (the Prefect API away longer than its client retries) is skipped, not
+    fatal: the reporter must outlive a Prefect server restart.
+    """
     logger = get_run_logger()
     while True:
         await asyncio.sleep(every_s)
         logger.info(f"{partition}: {progress.line()}")
-        await aupdate_progress_artifact(
-            artifact_id,
-            progress_percent(progress.done, progress.total_lines),
-            description=f"{partition}: {progress.line()}",
-        )
+        try:
+            await aupdate_progress_artifact(
+                artifact_id,
+                progress_percent(progress.done, progress.total_lines),
+                description=f"{partition}: {progress.line()}",
+            )
+        except Exception as err:
+            logger.warning(f"{partition}: progress artifact not updated: {err}")
 
 
 async def _publish_failed_batches(
@@ -115,12 +121,8 @@ async def generate_partition(
         logger.warning(f"{partition}: {len(plan.duplicates)} lines repeat an earlier id; rejected")
     if plan.superseded:
         logger.warning(superseded_line(partition, plan.superseded, len(plan.reuse)))
-    async with connect(
-        server_url,
-        api_key=await api_key_for(config.server),
-        timeout_s=config.server.request_timeout_s,
-        max_connections=tier.in_flight_cap + 8,
-    ) as client:
+    api_key = await api_key_for(config.server)
+    async with connect_partition(config, partition, server_url, api_key) as client:
         runner = PartitionRunner(
             config=config,
             partition=partition,

@@ -32,7 +32,40 @@ class PrefectServer:
     api: str
     env: dict[str, str]
     home: Path
+    port: int = 0
+    server_env: dict[str, str] = field(default_factory=dict)
+    server: subprocess.Popen[bytes] | None = None
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start_server(self, timeout: float = 180) -> float:
+        """Start ``prefect server start`` on ``port``; returns the seconds until /health."""
+        started = time.monotonic()
+        with open(self.home / "server.log", "ab") as log:
+            self.server = subprocess.Popen(
+                [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                 "--port", str(self.port), "--analytics-off"],
+                env=self.server_env, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = started + timeout
+        while True:
+            if self.server.poll() is not None:
+                raise RuntimeError(
+                    f"prefect server exited: {(self.home / 'server.log').read_text()}"
+                )
+            try:
+                if httpx.get(f"{self.api}/health", timeout=2).status_code == 200:
+                    return time.monotonic() - started
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"prefect server did not answer /api/health in {timeout} s")
+            time.sleep(0.5)
+
+    def stop_server(self) -> None:
+        """SIGTERM the server by its pid (SIGKILL after 20 s)."""
+        if self.server is not None:
+            stop_process(self.server, 20)
+            self.server = None
 
     def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
         r = httpx.post(f"{self.api}{path}", json=body or {}, timeout=30)
@@ -83,8 +116,11 @@ class PrefectServer:
 
 
 @contextlib.contextmanager
-def running_prefect_server() -> Iterator[PrefectServer]:
-    """``prefect server start`` on a free port with its own PREFECT_HOME; ~20-40 s to start."""
+def running_prefect_server(database_url: str | None = None) -> Iterator[PrefectServer]:
+    """``prefect server start`` on a free port with its own PREFECT_HOME; ~20-40 s to start.
+
+    ``database_url`` (``postgresql+asyncpg://...``) puts it on that database instead of SQLite.
+    """
     home = Path(tempfile.mkdtemp(prefix="e2e-prefect-"))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
@@ -94,34 +130,19 @@ def running_prefect_server() -> Iterator[PrefectServer]:
         PREFECT_LOGGING_EXTRA_LOGGERS="eagle3_datagen",
         TRANSFORMERS_VERBOSITY="error",
     )
-    log = open(home / "server.log", "wb")  # noqa: SIM115 - closed at teardown
-    server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-         "--port", str(port), "--analytics-off"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    server_env = dict(env)
+    if database_url is not None:
+        server_env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
     api = f"http://127.0.0.1:{port}/api"
+    client_env = dict(env, PREFECT_API_URL=api, PREFECT_WORKER_QUERY_SECONDS="1")
+    srv = PrefectServer(api=api, env=client_env, home=home, port=port, server_env=server_env)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"prefect server exited: {(home / 'server.log').read_text()}")
-            try:
-                if httpx.get(f"{api}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("prefect server did not answer /api/health in 180 s")
-            time.sleep(0.5)
-        client_env = dict(env, PREFECT_API_URL=api, PREFECT_WORKER_QUERY_SECONDS="1")
-        srv = PrefectServer(api=api, env=client_env, home=home)
+        srv.start_server()
         yield srv
         for proc in reversed(srv.procs):
             stop_process(proc, 20)
     finally:
-        stop_process(server, 20)
-        log.close()
+        srv.stop_server()
 
 
 class Hook:

@@ -1,0 +1,103 @@
+"""A throwaway PostgreSQL cluster (the database a production Prefect server runs on).
+
+The cluster lives in a temporary directory, listens on 127.0.0.1 on a free port with ``trust``
+auth, and is stopped by its pid. ``initdb`` and ``postgres`` refuse to run as root, so as root
+they run as the ``postgres`` user (the child switches user itself, so its pid is postgres's own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tests.support import free_port, stop_process
+
+
+def postgres_bin() -> Path | None:
+    """The newest ``/usr/lib/postgresql/<N>/bin`` that has ``initdb`` and ``postgres``."""
+    found = sorted(
+        (Path(p).parent for p in glob.glob("/usr/lib/postgresql/*/bin/initdb")),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+    )
+    found = [b for b in found if (b / "postgres").exists()]
+    return found[-1] if found else None
+
+
+def missing_reason() -> str | None:
+    """Why a cluster cannot be started here, or None when it can."""
+    if postgres_bin() is None:
+        return (
+            "PostgreSQL binaries not found (/usr/lib/postgresql/*/bin/initdb);"
+            " apt-get install postgresql"
+        )
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return "running as root and there is no 'postgres' user to run initdb/postgres as"
+    return None
+
+
+def _as_owner() -> dict[str, Any]:
+    """Popen arguments that run a child as ``postgres`` when we are root."""
+    return {"user": "postgres", "group": "postgres"} if os.geteuid() == 0 else {}
+
+
+@contextlib.contextmanager
+def running_postgres(database: str = "prefect") -> Iterator[str]:
+    """A fresh cluster with database ``database``; yields its SQLAlchemy asyncpg URL."""
+    bindir = postgres_bin()
+    assert bindir is not None, missing_reason()
+    root = Path(tempfile.mkdtemp(prefix="e2e-postgres-"))
+    data = root / "data"
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    subprocess.run(
+        [str(bindir / "initdb"), "-D", str(data), "-U", "prefect", "--auth=trust",
+         "--encoding=UTF8", "--no-sync"],
+        check=True, capture_output=True, timeout=120, cwd=root, **_as_owner(),
+    )  # fmt: skip
+    port = free_port()
+    log = open(root / "postgres.log", "wb")  # noqa: SIM115 - closed at teardown
+    proc = subprocess.Popen(
+        [str(bindir / "postgres"), "-D", str(data), "-p", str(port),
+         "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={root}",
+         "-c", "fsync=off", "-c", "max_connections=200"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=root, **_as_owner(),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            ready = subprocess.run(
+                [str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)],
+                capture_output=True,
+            )  # fmt: skip
+            if ready.returncode == 0:
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"postgres did not start:\n{(root / 'postgres.log').read_text()}"
+                )
+            time.sleep(0.2)
+        subprocess.run(
+            [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "prefect",
+             database],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        yield f"postgresql+asyncpg://prefect@127.0.0.1:{port}/{database}"
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # "fast" shutdown: ends open sessions
+        stop_process(proc, 30)
+        log.close()
+        shutil.rmtree(root, ignore_errors=True)
