@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_datagen.config import PipelineConfig, parse_config
+from eagle3_datagen.generate.batch import add_record_counts
 from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.write.manifest import summarize, write_manifest
@@ -115,13 +116,7 @@ def write_partition(
         s = BatchSummary(partition, index, first, len(b.records) + len(b.rejects))
         s.accepted, s.rejected = len(b.records), len(b.rejects)
         s.rejects_by_reason = dict(Counter(r.reason_code for r in b.rejects))
-        for r in b.records:
-            s.truncated += r.truncated
-            s.prompt_tokens += len(r.prompt_ids)
-            s.output_tokens += len(r.output_ids)
-            s.output_lengths.append(len(r.output_ids))
-            if r.think_end_index >= 0:
-                s.thinking_lengths.append(r.think_end_index)
+        add_record_counts(s, b.records)
         s.requests_sent = len(b.records)
         out.write_batch(s, b.records, b.rejects, parquet_metadata(fingerprint))
         first += s.lines

@@ -41,7 +41,8 @@ from eagle3_datagen.generate.requests import GenerateClient, generate_with_retri
 from eagle3_datagen.inputs.prompts import BatchSpec, InputReject, Prompt, parse_prompt, read_batch
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
 from eagle3_datagen.sglang.budget import ServerBudget
-from eagle3_datagen.sglang.client import GenerateResult, request_id
+from eagle3_datagen.sglang.client import GenerateResult, SGLangClient, request_id
+from eagle3_datagen.sglang.pool import ServerPool, connect
 from eagle3_datagen.sglang.preflight import length_rejection
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
 from eagle3_datagen.validate.tokens import TokenIds, validate_output
@@ -157,17 +158,8 @@ class PartitionRunner:
                 )
         summary.conversations = len(outcomes)
 
-        turns: Counter[str] = Counter()
-        for record in records:
-            turns[str(record.turn)] += 1
-            summary.truncated += record.truncated
-            summary.prompt_tokens += len(record.prompt_ids)
-            summary.output_tokens += len(record.output_ids)
-            summary.output_lengths.append(len(record.output_ids))
-            if record.think_end_index >= 0:
-                summary.thinking_lengths.append(record.think_end_index)
-
-        summary.records_by_turn = dict(turns)
+        add_record_counts(summary, records)
+        summary.records_by_turn = dict(Counter(str(record.turn) for record in records))
         summary.accepted = len(records)
         summary.rejected = len(rejects)
         summary.rejects_by_reason = dict(Counter(r.reason_code for r in rejects))
@@ -525,6 +517,31 @@ class _Earlier:
         """Journal a finished result (raises OutputWriteError on a full disk)."""
         self.journal.append(key, result)
         self.journaled[key] = result
+
+
+def connect_partition(
+    config: PipelineConfig, partition: str, url: str, api_key: str | None
+) -> SGLangClient | ServerPool:
+    """The client one partition's requests share: connections for its tier's requests in
+    flight and a few spare, the config's request timeout."""
+    tier = config.tier(config.partition(partition).tier)
+    return connect(
+        url,
+        api_key=api_key,
+        timeout_s=config.server.request_timeout_s,
+        max_connections=tier.in_flight_cap + 8,
+    )
+
+
+def add_record_counts(summary: BatchSummary, records: list[Record]) -> None:
+    """Add the records' truncations, token counts and lengths to their batch's summary."""
+    for record in records:
+        summary.truncated += record.truncated
+        summary.prompt_tokens += len(record.prompt_ids)
+        summary.output_tokens += len(record.output_ids)
+        summary.output_lengths.append(len(record.output_ids))
+        if record.think_end_index >= 0:
+            summary.thinking_lengths.append(record.think_end_index)
 
 
 def sampling_columns(sampling: dict[str, Any]) -> dict[str, Any]:
