@@ -37,44 +37,45 @@ def _dataset(root: Path, tok: ChatTokenizer, temperature: float = 1.0) -> dict:
     return fp
 
 
+@pytest.fixture
+def changed_fp(tmp_path: Path, tok: ChatTokenizer) -> dict:
+    """p1 and p2 written at temperature 1.0; the fingerprint of the same run at 0.5."""
+    _dataset(tmp_path, tok, temperature=1.0)
+    return _fingerprint(tok, 0.5)
+
+
 def test_same_settings_pass(tmp_path: Path, tok: ChatTokenizer) -> None:
     fp = _dataset(tmp_path, tok)
     assert guard_output(tmp_path, fp, ["p1", "p2"]) is None
 
 
-def test_other_settings_refused_naming_the_change(tmp_path: Path, tok: ChatTokenizer) -> None:
-    _dataset(tmp_path, tok, temperature=1.0)
-    new_fp = _fingerprint(tok, 0.5)
+def test_other_settings_refused_naming_the_change(tmp_path: Path, changed_fp: dict) -> None:
     with pytest.raises(OutputConflictError, match=r"sampling\.temperature"):
-        guard_output(tmp_path, new_fp, ["p1"])
+        guard_output(tmp_path, changed_fp, ["p1"])
     # Refusing deletes nothing.
     assert PartitionOutput(tmp_path, "p1").shard_paths()
     assert PartitionOutput(tmp_path, "p2").shard_paths()
 
 
 def test_overwrite_deletes_only_the_partitions_this_run_runs(
-    tmp_path: Path, tok: ChatTokenizer
+    tmp_path: Path, changed_fp: dict
 ) -> None:
     """A fan-out job for p1 must never delete p2, which another job may be writing."""
-    _dataset(tmp_path, tok, temperature=1.0)
-    new_fp = _fingerprint(tok, 0.5)
-    said = guard_output(tmp_path, new_fp, ["p1"], overwrite=True)
+    said = guard_output(tmp_path, changed_fp, ["p1"], overwrite=True)
     assert said is not None and "p1" in said and "p2" not in said
     assert not PartitionOutput(tmp_path, "p1").shard_paths()
     assert PartitionOutput(tmp_path, "p2").shard_paths()
 
 
 def test_stale_shards_refused_even_when_the_manifest_agrees(
-    tmp_path: Path, tok: ChatTokenizer
+    tmp_path: Path, tok: ChatTokenizer, changed_fp: dict
 ) -> None:
     """Job A already wrote the new manifest; job B's partition still holds old shards."""
-    _dataset(tmp_path, tok, temperature=1.0)
-    new_fp = _fingerprint(tok, 0.5)
     t = Tok(tok)
-    write_dataset(tmp_path, new_fp, {"p1": [Batch(records=[t.record("p1-1", "p1")])]})
+    write_dataset(tmp_path, changed_fp, {"p1": [Batch(records=[t.record("p1-1", "p1")])]})
     with pytest.raises(OutputConflictError, match="p2: shards written under other settings"):
-        guard_output(tmp_path, new_fp, ["p2"])
-    said = guard_output(tmp_path, new_fp, ["p2"], overwrite=True)
+        guard_output(tmp_path, changed_fp, ["p2"])
+    said = guard_output(tmp_path, changed_fp, ["p2"], overwrite=True)
     assert said is not None and "p2" in said
     assert not PartitionOutput(tmp_path, "p2").shard_paths()
     assert PartitionOutput(tmp_path, "p1").shard_paths()
