@@ -75,7 +75,9 @@ def test_fan_out_runs_each_partition_once_across_two_workers(
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
 
     jobs = job_runs(srv)
-    assert sorted(j["name"] for j in jobs) == [f"partition-job-{n}" for n in "xyz"]
+    # Each job's run is named by the pipeline flow: deployment, partition, date.
+    names = sorted(j["name"] for j in jobs)
+    assert [name.split(" ")[:2] for name in names] == [["partition-job:", n] for n in "xyz"]
     assert all(j["state_type"] == "COMPLETED" for j in jobs)
     workers = set()
     for job in jobs:
