@@ -35,7 +35,7 @@ from prefect.settings import PREFECT_UI_URL
 from prefect.states import State
 
 from eagle3_datagen.config import PipelineConfig, ThroughputAlarm
-from eagle3_datagen.errors import RunFailed, ServerLost
+from eagle3_datagen.errors import OutputWriteError, RunFailed, ServerLost
 from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.precheck import check_before_server
 from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
@@ -148,10 +148,16 @@ async def _watch_throughput(
 
 
 async def _watch_progress(meter: RunMeter, artifact_id: UUID, states: dict[str, str]) -> None:
-    """Update the parent's progress artifact (all partitions, one table) until cancelled."""
+    """Update the parent's progress artifact (all partitions, one table) until cancelled.
+
+    A failed update (the Prefect API away longer than its client retries) is skipped.
+    """
     while True:
         await asyncio.sleep(PROGRESS_EVERY_S)
-        await _update_progress(meter, artifact_id, states)
+        try:
+            await _update_progress(meter, artifact_id, states)
+        except Exception as err:
+            get_run_logger().warning(f"run progress artifact not updated: {err}")
 
 
 async def _update_progress(meter: RunMeter, artifact_id: UUID, states: dict[str, str]) -> None:
@@ -318,7 +324,15 @@ async def datagen(
             else:
                 errors[name] = failure_reason(state.message, state.type.value)
                 results[name] = failed_partition_entry(name, state.type.value, state.message)
-        manifest = update_manifest(config.output_dir, fingerprint, results)
+        try:
+            manifest = update_manifest(config.output_dir, fingerprint, results)
+        except (OSError, OutputWriteError) as err:
+            if not errors and lost is None:
+                raise
+            # A full disk fails the shard first, then the manifest: the shard's error is the
+            # run's reason, the manifest's only a consequence (a rerun rewrites it).
+            logger.warning(f"manifest not updated: {err}")
+            manifest = {}
         try:
             failed_links = await _failed_batch_links(by_name)
             await _publish_data(config, manifest, names)
