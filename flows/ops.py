@@ -37,7 +37,7 @@ from prefect.client.schemas.sorting import FlowRunSort
 from prefect.events.schemas.automations import AutomationCore
 
 from eagle3_datagen.errors import ConfigError
-from eagle3_datagen.report.ui import FAILED_BATCHES_PREFIX
+from eagle3_datagen.report.ui import FAILED_BATCHES_PREFIX, failure_reason
 
 PARENT_FLOWS = ["eagle3-datagen", "eagle3-datagen-fanout"]
 ALARM_FILE = Path(__file__).resolve().parents[1] / "deployments/automations/throughput-low.yaml"
@@ -125,7 +125,7 @@ def failures_text(run: FlowRun, rows: list[dict[str, Any]]) -> str:
     state = run.state.type.value if run.state else "UNKNOWN"
     head = f"flow run {run.name!r} ({run.id}) {state}"
     if run.state and run.state.message and state != "COMPLETED":
-        head += f": {' '.join(run.state.message.split())[:300]}"
+        head += f": {failure_reason(run.state.message, state)[:300]}"
     if not rows:
         return head + "\nno failed batches"
     lines = [head, f"{len(rows)} failed batches:", "batch\tlines\tattempts\tcause"]

@@ -46,6 +46,14 @@ def test_the_parent_message_names_the_failed_partitions() -> None:
     assert msg.startswith("2 of 2 partitions failed (demo_short, demo_long): 4 of 4")
     assert "; demo_long: input missing" in msg
     assert failure_reason(None, "CRASHED") == "CRASHED"
+    # The parent's own message as `eagle3-datagen failures` shows it: no class-name preamble.
+    assert (
+        failure_reason(
+            "Flow run encountered an exception: RunFailed: 1 of 2 partitions failed (p1): x", "F"
+        )
+        == "1 of 2 partitions failed (p1): x"
+    )
+    assert failure_reason("ServerLost: server http://h:1 lost", "F") == "server http://h:1 lost"
 
 
 def test_summary_rows_carry_this_runs_counts_and_what_is_on_disk_separately() -> None:

@@ -8,6 +8,7 @@ makes it testable without a Prefect server and keeps the flows thin.
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,7 @@ def throughput_log_line(change: ThroughputChange) -> str:
     return f"throughput alarm cleared: {change.summary()}"
 
 
+_ERROR_CLASS = re.compile(r"^[A-Z][A-Za-z]*(?:Failed|Error|Lost): ")
 _STATE_PREFIXES = (
     "Flow run encountered an exception: ",
     "Task run encountered an exception ",
@@ -225,7 +227,7 @@ def failure_reason(message: str | None, fallback: str) -> str:
     text = (message or "").strip()
     for prefix in _STATE_PREFIXES:
         text = text.removeprefix(prefix)
-    text = text.removeprefix("PartitionFailed: ")
+    text = _ERROR_CLASS.sub("", text, count=1)  # "RunFailed: ", "ServerLost: ", ...
     return " ".join(text.split()) or fallback
 
 
