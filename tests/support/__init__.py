@@ -1,4 +1,5 @@
-"""What tests and benchmarks share: the repository's paths, free ports, polling with a deadline.
+"""What tests and benchmarks share: the repository's paths, free ports, polling with a deadline,
+waiting for a child server's ``/health``.
 
 Submodules: ``emulator`` (the emulator as a child process, its ledger), ``pipeline`` (prompt
 files and pipeline configs), ``dataset`` (finished datasets written without a server),
@@ -14,6 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER_DIR = REPO / "src" / "eagle3_datagen" / "assets" / "kimi-k2.5-mini"
@@ -47,3 +50,46 @@ def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> int:
             proc.kill()
             proc.wait()
     return int(proc.returncode)
+
+
+def wait_healthy(
+    proc: subprocess.Popen[Any],
+    url: str,
+    *,
+    what: str,
+    output: Callable[[], str],
+    timeout_s: float,
+    request_timeout_s: float = 1.0,
+    interval_s: float = 0.05,
+) -> bool:
+    """Poll ``url``/health until it answers 200 (True) or ``timeout_s`` passes (False; the
+    caller stops its child). A child that exits first fails with ``output()``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}: {output()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=request_timeout_s).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(interval_s)
+    return False
+
+
+def health_codes(
+    url: str, *, timeout_s: float, request_timeout_s: float, interval_s: float = 0.2
+) -> list[int]:
+    """The status codes ``url``/health answers in turn, each change once, until 200 or
+    ``timeout_s`` (0: no connection): what a server shows while it starts."""
+    seen: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and 200 not in seen:
+        try:
+            code = httpx.get(f"{url}/health", timeout=request_timeout_s).status_code
+        except httpx.TransportError:
+            code = 0
+        if not seen or seen[-1] != code:
+            seen.append(code)
+        time.sleep(interval_s)
+    return seen

@@ -8,14 +8,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Self
 
 import httpx
 import orjson
 
-from tests.support import TOKENIZER_DIR, free_port, stop_process
+from tests.support import TOKENIZER_DIR, free_port, stop_process, wait_healthy
 
 
 class EmulatorProcess:
@@ -63,18 +62,9 @@ class EmulatorProcess:
 
     def wait_ready(self, timeout_s: float = 60.0) -> Self:
         """Block until ``/health`` answers 200; fail with the child's stderr if it exits."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"emulator exited with {self.proc.returncode}: {self.stderr[-2000:]}"
-                )
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
+        if wait_healthy(self.proc, self.url, what="emulator", output=lambda: self.stderr[-2000:],
+                        timeout_s=timeout_s):  # fmt: skip
+            return self
         self.stop()
         raise TimeoutError(f"emulator at {self.url} not healthy after {timeout_s}s")
 
