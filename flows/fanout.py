@@ -19,6 +19,7 @@ from prefect.deployments.flow_runs import arun_deployment
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.errors import FanOutFailed
+from eagle3_datagen.report.dataset_card import refresh_dataset_card
 from eagle3_datagen.report.ui import fanout_failure_message
 from eagle3_datagen.write.manifest import settle_manifest
 
@@ -65,6 +66,8 @@ async def datagen_fanout(
 
     # The jobs wrote their own manifests concurrently; settle the final one from disk.
     manifest = settle_manifest(config.output_dir, names, set(failed))
+    if manifest:
+        refresh_dataset_card(config.output_dir, manifest)
     if failed:
         messages = {n: r.state.message if r.state else None for n, r in failed.items()}
         raise FanOutFailed(fanout_failure_message(messages, len(names)))

@@ -40,11 +40,10 @@ from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.precheck import check_before_server
 from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
 from eagle3_datagen.report.data_picture import (
-    partition_picture,
     picture_description,
     picture_markdown,
 )
-from eagle3_datagen.report.dataset_card import write_dataset_card
+from eagle3_datagen.report.dataset_card import refresh_dataset_card
 from eagle3_datagen.report.probe import Baseline, ThroughputProbe
 from eagle3_datagen.report.throughput import (
     RunMeter,
@@ -199,9 +198,7 @@ async def _failed_batch_links(states: dict[str, State[Any]]) -> dict[str, tuple[
 
 async def _publish_data(config: PipelineConfig, manifest: dict[str, Any], names: list[str]) -> None:
     """Per partition of this run a data-picture artifact; the dataset card for the directory."""
-    pictures = {
-        name: partition_picture(config.output_dir, name) for name in manifest.get("partitions", {})
-    }
+    pictures = refresh_dataset_card(config.output_dir, manifest)
     for name in names:
         picture = pictures.get(name)
         if picture is not None:
@@ -210,7 +207,6 @@ async def _publish_data(config: PipelineConfig, manifest: dict[str, Any], names:
                 key=artifact_key(DATA_PREFIX, name),
                 description=picture_description(picture),
             )
-    write_dataset_card(config.output_dir, manifest, list(pictures.values()))
 
 
 def _run_name() -> str:

@@ -94,6 +94,9 @@ def test_fan_out_runs_each_partition_once_across_two_workers(
     manifest = json.loads((shared / "manifest.json").read_text())
     assert manifest["status"] == "completed"
     assert {n: p["accepted"] for n, p in manifest["partitions"].items()} == {n: 30 for n in "xyz"}
+    # The dataset card describes every job's partition, not only the last job's.
+    card = (shared / "README.md").read_text()
+    assert all(f"config_name: {n}" in card for n in "xyz"), card[:1500]
 
     # Retrying the fan-out (same flow run, same idempotency keys) runs no partition again.
     [parent] = srv.post("/flow_runs/filter",

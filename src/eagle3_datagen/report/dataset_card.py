@@ -14,7 +14,11 @@ from typing import Any
 
 import yaml
 
-from eagle3_datagen.report.data_picture import PartitionPicture, picture_markdown
+from eagle3_datagen.report.data_picture import (
+    PartitionPicture,
+    partition_picture,
+    picture_markdown,
+)
 from eagle3_datagen.write.shards import atomic_write_bytes
 
 CARD = "README.md"
@@ -129,3 +133,18 @@ def write_dataset_card(
     path = Path(output_dir) / CARD
     atomic_write_bytes(path, card_text(output_dir, manifest, pictures).encode())
     return path
+
+
+def refresh_dataset_card(
+    output_dir: str | Path, manifest: dict[str, Any]
+) -> dict[str, PartitionPicture]:
+    """Picture every partition of the manifest from disk and rewrite the card; return them.
+
+    Both the one-node flow and the fan-out call this once their manifest is final, so the card
+    always describes the whole directory, whichever run wrote it last.
+    """
+    pictures = {
+        name: partition_picture(output_dir, name) for name in manifest.get("partitions", {})
+    }
+    write_dataset_card(output_dir, manifest, list(pictures.values()))
+    return pictures
