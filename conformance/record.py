@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from conformance.process import REPO, RealAppProcess, model_dir
+from conformance.process import ASSETS, REPO, RealAppProcess, model_dir
 
 KEY = "conformance-recording-key"
 PLACEHOLDER = "<api-key>"
@@ -193,6 +193,148 @@ def record_main_app(rec: Recorder) -> None:
         rec.http(app, "server_info", "GET /server_info", _get("/server_info"))
         rec.http(app, "model_info", "GET /model_info", _get("/model_info"))
         rec.http(app, "v1_models", "GET /v1/models", _get("/v1/models"))
+        record_regeneration(rec, app)
+
+
+# A ``regenerate: all_turns`` + ``samples: 3`` partition, as the pipeline builds its requests
+# (generate/batch.py): a seed, so every record carries its own sampling_seed, and one temperature
+# per sample (0.0 is greedy).
+REGEN_RUN = "rec0a1b2c3d-9f0e"  # request_id's run part: the run id and a token per batch run
+REGEN_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]},
+    },
+}  # fmt: skip
+# Three assistant turns: a tool call (the fake model makes it: ``[[call ...]]``, see
+# sglang_emulator/fake_model.py), the answer after the tool result, a reply to a follow-up. The
+# fake model's turns 1 and 2 call no tool for exactly this text (its calls are drawn from the
+# prompt), so the conversation goes on to turn 2.
+REGEN_LINE: dict[str, Any] = {
+    "id": "conv-12",
+    "tools": [REGEN_TOOL],
+    "messages": [
+        {"role": "user", "content": 'Weather in Paris? [[call get_weather {"city": "Paris"}]]'},
+        {"role": "assistant", "content": "Let me look.", "tool_calls": [
+            {"id": "call_7", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_7", "content": '{"temp_c": 18, "sky": "clear"}'},
+        {"role": "assistant", "content": "It is 18 C in Paris."},
+        {"role": "user", "content": "And should I take a coat tomorrow?"},
+        {"role": "assistant", "content": "Yes, a light one."},
+    ],
+}  # fmt: skip
+
+
+class Regeneration:
+    """The requests of one line of a ``regenerate: all_turns``, ``samples: 3`` partition, built
+    with the pipeline's own functions: rendering, record ids, sampling, seeds and rids."""
+
+    def __init__(self) -> None:
+        from eagle3_datagen.config import PipelineConfig
+        from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+        from eagle3_datagen.validate.tokens import TokenIds
+
+        self.config = PipelineConfig.model_validate({
+            "model": {"path": str(ASSETS / "kimi-k2.5-mini")},
+            "sampling": {"seed": 7},
+            "tiers": [{"name": "T", "concurrency": 4, "max_tokens": 256}],
+            "partitions": [{"name": "p", "input": "in.jsonl", "tier": "T",
+                            "regenerate": "all_turns", "samples": 3,
+                            "temperatures": [0.0, 0.6, 1.0]}],
+            "output_dir": "out",
+        })  # fmt: skip
+        self.partition = self.config.partitions[0]
+        self.tokenizer = ChatTokenizer(self.config.model.path)
+        self.ids = TokenIds.resolve(self.tokenizer, self.config.special_tokens)
+        self.sampling = self.config.sampling.to_sglang(
+            self.config.tiers[0].max_tokens, list(self.ids.stop_ids)
+        )
+
+    def prompt(self, line: int = 12) -> Any:
+        from eagle3_datagen.inputs.prompts import parse_prompt
+
+        return parse_prompt(REGEN_LINE, line)
+
+    def request(self, prompt: Any, ids: list[int], turn: int, sample: int, *,
+                turns: bool = True) -> dict[str, Any]:  # fmt: skip
+        """The /generate request of one turn of one sample (PartitionRunner._sampling and
+        _generate: the sample's temperature, the record's seed, the rid with its id suffix)."""
+        from eagle3_datagen.generate.conversation import record_id
+        from eagle3_datagen.sglang.client import request_id
+
+        rec_id = record_id(prompt.id, turn, sample, turns=turns, samples=self.partition.samples)
+        sampling = dict(self.sampling)
+        sampling["temperature"] = self.partition.temperature(
+            sample, self.config.sampling.temperature
+        )
+        seed = self.config.sampling.request_seed(rec_id)
+        assert seed is not None
+        sampling["sampling_seed"] = seed
+        rid = request_id(REGEN_RUN, self.partition.name, f"{prompt.line}{rec_id[len(prompt.id):]}",
+                         0)  # fmt: skip
+        body = {"input_ids": ids, "sampling_params": sampling, "rid": rid}
+        return {"method": "POST", "path": "/generate", "headers": _auth(), "body": body}
+
+    def render(self, prompt: Any, messages: list[dict[str, Any]]) -> list[int]:
+        from eagle3_datagen.inputs.prompts import Prompt
+
+        [ids] = self.tokenizer.render([Prompt(prompt.id, prompt.line, messages, prompt.tools)])
+        assert isinstance(ids, list), ids
+        return ids
+
+
+def record_regeneration(rec: Recorder, app: RealAppProcess) -> None:
+    """What ``regenerate: all_turns`` and ``samples`` send: sample 1's three turns in order,
+    each on the model's own earlier turns (its tool-call section, then the data's tool result,
+    then a user follow-up), and the first turn of all three samples (temperatures 0.0, 0.6, 1.0,
+    one sampling_seed each)."""
+    from eagle3_datagen.generate.conversation import (
+        assistant_message,
+        continue_history,
+        plan_turns,
+        tool_call_divergence,
+    )
+
+    regen = Regeneration()
+    prompt = regen.prompt()
+    slots = plan_turns(prompt, "all_turns")
+    assert len(slots) == 3, slots
+    history = prompt.messages[: slots[0].history_end]
+    names = ("generate_all_turns_tool_call", "generate_all_turns_after_tool_result",
+             "generate_all_turns_after_follow_up")  # fmt: skip
+    abouts = (
+        "regenerate: all_turns, sample 1 (temperature 0.6, its own sampling_seed), turn 0: "
+        "the model answers with a tool-call section; rid ...#s1#t0",
+        "turn 1: the prompt holds the model's own turn 0 (reasoning, content, its tool call) "
+        "and the data's tool result answering the model's call id; rid ...#s1#t1",
+        "turn 2: the prompt holds the model's turns 0 and 1 (their reasoning dropped by the "
+        "template before the last user message) and a user follow-up; rid ...#s1#t2",
+    )
+    for pos, slot in enumerate(slots):
+        ids = regen.render(prompt, history)
+        request = regen.request(prompt, ids, slot.index, 1)
+        rec.http(app, names[pos], abouts[pos], request)
+        if pos + 1 == len(slots):
+            break
+        answer = json.loads((rec.out / f"{names[pos]}.json").read_text())["response"]
+        output_ids = answer["body"]["output_ids"]
+        message, calls = assistant_message(output_ids, regen.ids, regen.tokenizer.decode)
+        diverged = tool_call_divergence(slot.data, calls)
+        assert diverged is None, f"{names[pos]}: the conversation would stop: {diverged}"
+        history = continue_history(history, message, calls or [], slot, slots[pos + 1],
+                                   prompt.messages)  # fmt: skip
+    first = regen.render(prompt, prompt.messages[: slots[0].history_end])
+    for sample in (0, 2):
+        temperature = regen.partition.temperature(sample, 0.0)
+        rec.http(app, f"generate_sample_{sample}_turn_0", f"sample {sample} of 3 of the same "
+                 f"prompt: temperature {temperature}"
+                 f"{' (greedy)' if temperature == 0.0 else ''}, its own sampling_seed; "
+                 f"rid ...#s{sample}#t0",
+                 regen.request(prompt, first, 0, sample))  # fmt: skip
 
 
 def record_unseeded(rec: Recorder) -> None:

@@ -22,7 +22,11 @@ from typing import Any
 import httpx
 import pytest
 
+from eagle3_datagen.config import SpecialTokens
+from eagle3_datagen.generate.conversation import assistant_message
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.sglang.client import _error_message
+from eagle3_datagen.validate.tokens import TokenIds
 from tests.support import REPO, TOKENIZER_DIR
 from tests.support.emulator import EmulatorFactory, EmulatorProcess
 
@@ -136,6 +140,23 @@ def _normalise_message(message: str) -> str:
     return re.sub(r"'ctx': \{'error': '[^']*'\}", "'ctx': {'error': E}", message)
 
 
+@pytest.fixture(scope="module")
+def kimi() -> tuple[ChatTokenizer, TokenIds]:
+    tok = ChatTokenizer(str(TOKENIZER_DIR))
+    return tok, TokenIds.resolve(tok, SpecialTokens())
+
+
+def tool_calls(body: Any, kimi: tuple[ChatTokenizer, TokenIds]) -> list[tuple[str, str]] | None:
+    """The calls our pipeline reads from an answer's output ids (generate/conversation.py), as
+    (name, arguments); None for an answer without a tool-call section."""
+    tok, ids = kimi
+    assert ids.tools is not None
+    if not isinstance(body, dict) or ids.tools.section_begin not in body.get("output_ids", []):
+        return None
+    _, calls = assistant_message(body["output_ids"], ids, tok.decode)
+    return [(c.name, c.arguments) for c in calls or []]
+
+
 def send(url: str, req: dict[str, Any]) -> httpx.Response:
     kw: dict[str, Any] = {"headers": req.get("headers", {}), "timeout": 60.0}
     if "body" in req:
@@ -167,7 +188,10 @@ def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[s
 
 @pytest.mark.parametrize(("name", "fixture"), load("http"), ids=[n for n, _ in load("http")])
 def test_http_answer_agrees(
-    emulators: dict[tuple[str, ...], EmulatorProcess], name: str, fixture: dict[str, Any]
+    emulators: dict[tuple[str, ...], EmulatorProcess],
+    kimi: tuple[ChatTokenizer, TokenIds],
+    name: str,
+    fixture: dict[str, Any],
 ) -> None:
     emu = emulators[replay_flags(name, fixture)]
     request = substitute(fixture["request"])
@@ -191,6 +215,12 @@ def test_http_answer_agrees(
     assert client_view(got.status_code, body, got.text) == client_view(
         real["status"], real["body"], real.get("body_text")
     )
+    # A turn whose prompt scripts the model's tool calls ([[call ...]], the regenerated
+    # conversations' turn 0): the emulator's model calls the same tools, which the pipeline
+    # parses into the next turn's history. Other outputs are random in both.
+    real_calls = tool_calls(real["body"], kimi)
+    if real_calls is not None:
+        assert tool_calls(body, kimi) == real_calls
 
 
 def test_health_during_startup_agrees(emu_factory: EmulatorFactory) -> None:
@@ -239,5 +269,9 @@ def test_every_case_our_client_depends_on_is_recorded() -> None:
                    "error_total_over_context", "error_verify_repetition_penalty",
                    "error_duplicate_rid", "error_malformed_json", "auth_wrong_key",
                    "auth_missing_key", "auth_health_exempt", "error_queue_full",
-                   "health_startup", "server_info", "model_info", "v1_models"):  # fmt: skip
+                   "health_startup", "server_info", "model_info", "v1_models",
+                   # regenerate: all_turns and samples: N (generate/batch.py)
+                   "generate_all_turns_tool_call", "generate_all_turns_after_tool_result",
+                   "generate_all_turns_after_follow_up", "generate_sample_0_turn_0",
+                   "generate_sample_2_turn_0"):  # fmt: skip
         assert needed in names
