@@ -47,7 +47,7 @@ def prefect_on_postgres() -> Iterator[PrefectServer]:
     reason = missing_reason()
     if reason:
         pytest.skip(reason)
-    with running_postgres() as url, running_prefect_server(database_url=url) as srv:
+    with running_postgres() as pg, running_prefect_server(database_url=pg.url) as srv:
         yield srv
 
 

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,51 +54,71 @@ def _as_owner() -> dict[str, Any]:
     return {"user": "postgres", "group": "postgres"} if os.geteuid() == 0 else {}
 
 
-@contextlib.contextmanager
-def running_postgres(database: str = "prefect") -> Iterator[str]:
-    """A fresh cluster with database ``database``; yields its SQLAlchemy asyncpg URL."""
-    bindir = postgres_bin()
-    assert bindir is not None, missing_reason()
-    root = Path(tempfile.mkdtemp(prefix="e2e-postgres-"))
-    data = root / "data"
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres", "postgres")
-    subprocess.run(
-        [str(bindir / "initdb"), "-D", str(data), "-U", "prefect", "--auth=trust",
-         "--encoding=UTF8", "--no-sync"],
-        check=True, capture_output=True, timeout=120, cwd=root, **_as_owner(),
-    )  # fmt: skip
-    port = free_port()
-    log = open(root / "postgres.log", "wb")  # noqa: SIM115 - closed at teardown
-    proc = subprocess.Popen(
-        [str(bindir / "postgres"), "-D", str(data), "-p", str(port),
-         "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={root}",
-         "-c", "fsync=off", "-c", "max_connections=200"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=root, **_as_owner(),
-    )  # fmt: skip
-    try:
+@dataclass
+class Postgres:
+    """A cluster in ``root``, on ``port``; ``stop`` and ``start`` it like a restart would."""
+
+    bindir: Path
+    root: Path
+    port: int
+    url: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.root / "postgres.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [str(self.bindir / "postgres"), "-D", str(self.root / "data"),
+                 "-p", str(self.port), "-c", "listen_addresses=127.0.0.1",
+                 "-c", f"unix_socket_directories={self.root}", "-c", "fsync=off",
+                 "-c", "max_connections=200"],
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.root, **_as_owner(),
+            )  # fmt: skip
         deadline = time.monotonic() + 60
         while True:
             ready = subprocess.run(
-                [str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)],
+                [str(self.bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
                 capture_output=True,
             )  # fmt: skip
             if ready.returncode == 0:
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
+                return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"postgres did not start:\n{(root / 'postgres.log').read_text()}"
+                    f"postgres did not start:\n{(self.root / 'postgres.log').read_text()}"
                 )
             time.sleep(0.2)
+
+    def stop(self) -> None:
+        """SIGINT by pid ("fast" shutdown: ends open sessions), SIGKILL after 30 s."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGINT)
+            stop_process(self.proc, 30)
+            self.proc = None
+
+
+@contextlib.contextmanager
+def running_postgres(database: str = "prefect") -> Iterator[Postgres]:
+    """A fresh cluster with database ``database``; ``.url`` is its SQLAlchemy asyncpg URL."""
+    bindir = postgres_bin()
+    assert bindir is not None, missing_reason()
+    root = Path(tempfile.mkdtemp(prefix="e2e-postgres-"))
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    subprocess.run(
+        [str(bindir / "initdb"), "-D", str(root / "data"), "-U", "prefect", "--auth=trust",
+         "--encoding=UTF8", "--no-sync"],
+        check=True, capture_output=True, timeout=120, cwd=root, **_as_owner(),
+    )  # fmt: skip
+    pg = Postgres(bindir, root, free_port())
+    pg.url = f"postgresql+asyncpg://prefect@127.0.0.1:{pg.port}/{database}"
+    try:
+        pg.start()
         subprocess.run(
-            [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "prefect",
+            [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "prefect",
              database],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
-        yield f"postgresql+asyncpg://prefect@127.0.0.1:{port}/{database}"
+        yield pg
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # "fast" shutdown: ends open sessions
-        stop_process(proc, 30)
-        log.close()
+        pg.stop()
         shutil.rmtree(root, ignore_errors=True)
