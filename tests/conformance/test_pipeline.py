@@ -1,8 +1,11 @@
 """The whole pipeline, attach mode, against SGLang 0.5.23's real app: records token-exact
-against the fake engine's own log, and a rerun after a server restart resumes, sending nothing."""
+against the fake engine's own log, and a rerun after a server restart resumes, sending nothing;
+every turn regenerated and several samples per prompt, token-exact with unique rids."""
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,7 @@ import pytest
 import yaml
 
 from conformance.process import RealAppProcess
+from conformance.record import REGEN_LINE, REGEN_TOOL
 from tests.conformance import requires_sglang
 
 requires_sglang()
@@ -99,3 +103,85 @@ def test_two_runs_never_reuse_a_rid(tmp_path: Path, prefect_backend: None) -> No
         app.stop()
     assert second, "the second run sent nothing"
     assert not reused, f"rids reused across runs: {sorted(reused)[:5]}"
+
+
+def _conversation(cid: str, city: str, result: str) -> dict[str, Any]:
+    """Three assistant turns: a tool call the fake model makes too (its ``[[call ...]]``
+    script), the answer after the tool result, a reply to a follow-up."""
+    args = json.dumps({"city": city})
+    return {
+        "id": cid,
+        "tools": [REGEN_TOOL],
+        "messages": [
+            {"role": "user", "content": f"Weather in {city}? [[call get_weather {args}]]"},
+            {"role": "assistant", "content": "Let me look.", "tool_calls": [
+                {"id": "call_7", "type": "function",
+                 "function": {"name": "get_weather", "arguments": args}}]},
+            {"role": "tool", "tool_call_id": "call_7", "content": result},
+            {"role": "assistant", "content": f"It is 18 C in {city}."},
+            {"role": "user", "content": "And should I take a coat tomorrow?"},
+            {"role": "assistant", "content": "Yes, a light one."},
+        ],
+    }  # fmt: skip
+
+
+def test_all_turns_and_samples_are_token_exact_with_unique_rids(
+    tmp_path: Path, prefect_backend: None
+) -> None:
+    """``regenerate: all_turns`` + ``samples: 2`` against the real app: every turn's prompt
+    holds the model's own earlier turns (tool-call sections, tool results), every record's ids
+    are the fake engine's, and no two requests share a rid (SGLang refuses one it holds)."""
+    rows = [
+        # The conversation of the recorded fixtures (conformance/record.py): the fake model
+        # calls no tool in turns 1 and 2 for it, so both samples reach turn 2.
+        {**REGEN_LINE, "id": "conv-paris"},
+        _conversation("conv-oslo", "Oslo", '{"temp_c": 3}'),
+        _conversation("conv-rome", "Rome", '{"temp_c": 24, "sky": "clear"}'),
+    ]
+    prompts = tmp_path / "conversations.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    log = tmp_path / "answers.jsonl"
+    app = RealAppProcess(tmp_path, log=log).wait_ready()
+    try:
+        config = _config(tmp_path, app.url)
+        cfg = yaml.safe_load(config.read_text())
+        cfg["sampling"] = {"seed": 7}
+        cfg["tiers"][0]["max_tokens"] = 256
+        cfg["partitions"] = [{"name": "p_turns", "input": str(prompts), "tier": "SHORT",
+                              "regenerate": "all_turns", "samples": 2,
+                              "temperatures": [0.0, 1.0]}]  # fmt: skip
+        config.write_text(yaml.safe_dump(cfg))
+        run = CliRun(config, tmp_path / "turns.log")
+        assert run.wait() == 0, run.output()
+        sent = _generation_answers(app)
+    finally:
+        app.stop()
+    rids = [a["rid"] for a in sent]
+    assert len(rids) == len(set(rids)), f"rids sent twice: {Counter(rids).most_common(3)}"
+    answers = {a["rid"]: a for a in sent}
+    recs = records(tmp_path / "out", "p_turns")
+    for rec in recs.values():
+        got = answers[rec["rid"]]
+        assert list(rec["output_ids"]) == got["output_ids"], rec["id"]
+        assert list(rec["prompt_ids"]) == got["input_ids"], rec["id"]
+        assert rec["rid"].split(":")[-2].endswith(rec["id"][len(rec["conversation_id"]) :])
+        assert rec["sampling"]["temperature"] == [0.0, 1.0][rec["sample"]], rec["id"]
+    assert len(sent) == len(recs), "a request sent for no record, or a record not sent"
+    # Rome's turn 1 calls tools the data's turn did not (the fake's draw): its conversation
+    # stops there, with the reason recorded, and its turn 2 is never sent.
+    assert recs["conv-rome#s0#t1"]["stop_reason"].startswith("tool_call_diverged")
+    assert "conv-rome#s0#t2" not in recs
+    paris = sorted(i for i in recs if i.startswith("conv-paris"))
+    assert paris == [f"conv-paris#s{n}#t{k}" for n in (0, 1) for k in (0, 1, 2)]
+    seeds = [rec["sampling"]["sampling_seed"] for rec in recs.values()]
+    assert None not in seeds and len(set(seeds)) == len(seeds), "one sampling_seed per record"
+    # Later turns were sent on the model's own history: turn 1's prompt holds turn 0's
+    # tool-call section as the model wrote it, then the tool result.
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
+    out0 = tok.decode(recs["conv-paris#s1#t0"]["output_ids"])
+    section = out0[out0.index("<|tool_calls_section_begin|>") : out0.index("<|im_end|>")]
+    prompt1 = tok.decode(recs["conv-paris#s1#t1"]["prompt_ids"])
+    assert section + "<|im_end|>" in prompt1
+    assert prompt1.index(section) < prompt1.index('{"temp_c": 18, "sky": "clear"}')
