@@ -180,8 +180,8 @@ def test_all_turns_and_samples_are_token_exact_with_unique_rids(
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
-    out0 = tok.decode(recs["conv-paris#s1#t0"]["output_ids"])
+    out0 = str(tok.decode(recs["conv-paris#s1#t0"]["output_ids"]))
     section = out0[out0.index("<|tool_calls_section_begin|>") : out0.index("<|im_end|>")]
-    prompt1 = tok.decode(recs["conv-paris#s1#t1"]["prompt_ids"])
+    prompt1 = str(tok.decode(recs["conv-paris#s1#t1"]["prompt_ids"]))
     assert section + "<|im_end|>" in prompt1
     assert prompt1.index(section) < prompt1.index('{"temp_c": 18, "sky": "clear"}')
