@@ -15,6 +15,7 @@ import pytest
 
 from conformance.process import REPO, RealAppProcess, model_dir
 from tests.conformance import requires_sglang
+from tests.support import health_codes
 
 requires_sglang()
 pytestmark = pytest.mark.conformance
@@ -198,16 +199,7 @@ def test_queue_full_503(app: RealAppProcess) -> None:
 
 def test_startup_refused_then_503_then_200(real_app: Any) -> None:
     proc = real_app("--fake-load-s", "3", "--fake-warmup-delay-s", "4")
-    seen: list[int] = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and 200 not in seen:
-        try:
-            code = httpx.get(f"{proc.url}/health", timeout=25).status_code
-        except httpx.TransportError:
-            code = 0
-        if not seen or seen[-1] != code:
-            seen.append(code)
-        time.sleep(0.2)
+    seen = health_codes(proc.url, timeout_s=120, request_timeout_s=25, interval_s=0.2)
     assert seen == [0, 503, 200], seen
 
 

@@ -27,7 +27,7 @@ from eagle3_datagen.generate.conversation import assistant_message
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.sglang.client import _error_message
 from eagle3_datagen.validate.tokens import TokenIds
-from tests.support import REPO, TOKENIZER_DIR
+from tests.support import REPO, TOKENIZER_DIR, health_codes
 from tests.support.emulator import EmulatorFactory, EmulatorProcess
 
 FIXTURES = REPO / "tests" / "fixtures" / "sglang-0.5.23"
@@ -230,16 +230,7 @@ def test_health_during_startup_agrees(emu_factory: EmulatorFactory) -> None:
     for flag, value in zip(harness[::2], harness[1::2], strict=True):
         flags += [STARTUP[flag], value]
     emu = emu_factory.start(*flags, wait=False)
-    seen: list[int] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and 200 not in seen:
-        try:
-            code = httpx.get(f"{emu.url}/health", timeout=5).status_code
-        except httpx.TransportError:
-            code = 0
-        if not seen or seen[-1] != code:
-            seen.append(code)
-        time.sleep(0.1)
+    seen = health_codes(emu.url, timeout_s=60, request_timeout_s=5, interval_s=0.1)
     assert seen == fixture["statuses"]
 
 
