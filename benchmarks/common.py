@@ -14,7 +14,7 @@ import os
 import resource
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ def make_config(
     partitions: list[tuple[str, Path, str]],
     output_dir: Path,
     *,
-    tiers: list[tuple[str, int | str, int]] | None = None,
+    tiers: Sequence[tuple[str, int | str, int]] | None = None,
     batch_size: int = 512,
     max_requests: int | None = None,
     max_tokens: int | None = None,
