@@ -78,17 +78,12 @@ async def partition_runner(
 
     Same planning (streamed batch plan, duplicate scan), same client sizing, same window.
     """
-    from eagle3_datagen.generate.batch import PartitionRunner
+    from eagle3_datagen.generate.batch import PartitionRunner, connect_partition
     from eagle3_datagen.generate.plan import plan_partition
-    from eagle3_datagen.sglang.pool import connect
     from eagle3_datagen.write.shards import PartitionOutput
 
-    tier = config.tier(config.partition(partition).tier)
     plan = plan_partition(config, partition)
-    async with connect(
-        url, api_key=None, timeout_s=config.server.request_timeout_s,
-        max_connections=tier.in_flight_cap + 8,
-    ) as client:  # fmt: skip
+    async with connect_partition(config, partition, url, None) as client:
         runner = PartitionRunner(
             config=config,
             partition=partition,
