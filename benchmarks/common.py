@@ -80,19 +80,11 @@ async def partition_runner(
     """
     from eagle3_datagen.generate.batch import PartitionRunner, connect_partition
     from eagle3_datagen.generate.plan import plan_partition
-    from eagle3_datagen.write.shards import PartitionOutput
 
     plan = plan_partition(config, partition)
     async with connect_partition(config, partition, url, None) as client:
-        runner = PartitionRunner(
-            config=config,
-            partition=partition,
-            tokenizer=plan.tokenizer,
-            ids=plan.ids,
-            client=client,
-            output=PartitionOutput(config.output_dir, partition),
-            duplicates=plan.duplicates,
-            budget=budget,
+        runner = PartitionRunner.from_plan(
+            plan, config=config, partition=partition, client=client, budget=budget
         )
         runner.progress.total_lines = plan.total_lines
         yield runner, plan.batches, plan.window

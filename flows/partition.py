@@ -34,7 +34,6 @@ from eagle3_datagen.report.ui import (
     progress_percent,
 )
 from eagle3_datagen.write.resume import drop_superseded, superseded_line
-from eagle3_datagen.write.shards import PartitionOutput
 from flows.secrets import api_key_for
 from tasks.batch import generate_batch
 
@@ -106,7 +105,6 @@ async def generate_partition(
     # Off the event loop: loading the tokenizer and scanning the input take seconds, and the
     # other partitions' subflows start on this loop meanwhile (side by side, not in turn).
     plan = await asyncio.to_thread(plan_partition, config, partition)
-    output = PartitionOutput(config.output_dir, partition)
     logger.info(
         partition_plan_line(
             partition,
@@ -123,18 +121,14 @@ async def generate_partition(
         logger.warning(superseded_line(partition, plan.superseded, len(plan.reuse)))
     api_key = await api_key_for(config.server)
     async with connect_partition(config, partition, server_url, api_key) as client:
-        runner = PartitionRunner(
+        runner = PartitionRunner.from_plan(
+            plan,
             config=config,
             partition=partition,
-            tokenizer=plan.tokenizer,
-            ids=plan.ids,
             client=client,
-            output=output,
             context_length=context_length,
             max_req_input_len=max_req_input_len,
             metadata=parquet_metadata,
-            duplicates=plan.duplicates,
-            reuse=plan.reuse,
             supervisor=run.supervisor,
             budget=run.budget,
             run_id=run.run_key[:8],  # rids name the flow run that sent them
@@ -179,5 +173,5 @@ async def generate_partition(
         except Exception as err:  # the table is a convenience; the state message says it all
             logger.warning(f"{partition}: failed-batches artifact not written: {err}")
         raise PartitionFailed(partition_failure_message(partition, failures, len(plan.batches)))
-    drop_superseded(output)  # every batch is committed: nothing left to reuse
+    drop_superseded(runner.output)  # every batch is committed: nothing left to reuse
     return partition_summary(config.output_dir, partition, progress)

@@ -36,6 +36,7 @@ from eagle3_datagen.generate.conversation import (
     record_id,
     tool_call_divergence,
 )
+from eagle3_datagen.generate.plan import PartitionPlan
 from eagle3_datagen.generate.progress import Progress
 from eagle3_datagen.generate.requests import GenerateClient, generate_with_retries
 from eagle3_datagen.inputs.prompts import BatchSpec, InputReject, Prompt, parse_prompt, read_batch
@@ -94,6 +95,30 @@ class PartitionRunner:
         self.run_id = run_id or secrets.token_hex(4)
         self._batch_run: dict[int, str] = {}
         self.progress = Progress()
+
+    @classmethod
+    def from_plan(
+        cls,
+        plan: PartitionPlan,
+        *,
+        config: PipelineConfig,
+        partition: str,
+        client: GenerateClient,
+        **options: Any,
+    ) -> PartitionRunner:
+        """The runner of a planned partition: the plan's tokenizer, ids, repeated ids and
+        reusable results, writing to the partition's directory; ``options`` as in __init__."""
+        return cls(
+            config=config,
+            partition=partition,
+            tokenizer=plan.tokenizer,
+            ids=plan.ids,
+            client=client,
+            output=PartitionOutput(config.output_dir, partition),
+            duplicates=plan.duplicates,
+            reuse=plan.reuse,
+            **options,
+        )
 
     async def run_batch(self, spec: BatchSpec) -> BatchSummary:
         """Process one batch end to end, or return its summary if it was committed before."""
