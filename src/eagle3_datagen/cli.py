@@ -119,7 +119,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from eagle3_datagen.demo import default_output_dir, demo_config
 
     output = Path(args.output) if args.output else default_output_dir()
-    config = demo_config(output)
+    config = demo_config(output, tokenizer=args.tokenizer)
     print(f"demo: emulator on port {config.server.port}, Prefect local backend, output {output}")
     return _run_and_report("demo", config)
 
@@ -208,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="the whole pipeline on this machine, with the emulator")
     demo.add_argument("--output", metavar="DIR", help="output directory (default: a new one)")
+    demo.add_argument(
+        "--tokenizer",
+        choices=["mini", "tiktoken"],
+        default="mini",
+        help="bundled tokenizer: mini (fast) or tiktoken (Kimi-K2.5's remote-code class path)",
+    )
     demo.set_defaults(func=cmd_demo)
 
     validate = sub.add_parser(

@@ -10,7 +10,10 @@ from pathlib import Path
 from eagle3_datagen.config import PipelineConfig, parse_config
 
 ASSETS = Path(str(files("eagle3_datagen") / "assets"))
-TOKENIZER_DIR = ASSETS / "kimi-k2.5-mini"
+# The bundled Kimi-K2.5-style tokenizers: a fast (Rust) one, and one on Kimi's own class path
+# (remote code over tiktoken, special tokens at Kimi's ids; see README "Test tokenizers").
+TOKENIZERS = {"mini": ASSETS / "kimi-k2.5-mini", "tiktoken": ASSETS / "kimi-k2.5-tiktoken"}
+TOKENIZER_DIR = TOKENIZERS["mini"]
 DEMO_DIR = ASSETS / "demo"
 
 
@@ -25,12 +28,15 @@ def default_output_dir() -> Path:
     return Path("datagen-output") / f"demo-{stamp}"
 
 
-def demo_config(output_dir: str | Path, port: int | None = None) -> PipelineConfig:
-    """Same settings as configs/demo.yaml, with absolute paths and a free port."""
+def demo_config(
+    output_dir: str | Path, port: int | None = None, tokenizer: str = "mini"
+) -> PipelineConfig:
+    """Same settings as configs/demo.yaml (``tokenizer="tiktoken"``: configs/demo-tiktoken.yaml),
+    with absolute paths and a free port."""
     output_dir = Path(output_dir).resolve()
     return parse_config(
         {
-            "model": {"path": str(TOKENIZER_DIR), "trust_remote_code": True},
+            "model": {"path": str(TOKENIZERS[tokenizer]), "trust_remote_code": True},
             "server": {
                 "mode": "launch",
                 "engine": "emulator",

@@ -62,3 +62,19 @@ def test_a_special_token_that_is_not_one_token_fails_before_the_server(tmp_path:
     cfg = config(tmp_path, {"a": "a.jsonl"}, think_end="</thinking-not-a-token>")
     with pytest.raises(TokenizerError, match="thinking-not-a-token"):
         check_before_server(cfg, None)
+
+
+@pytest.mark.parametrize("tokenizer", ["mini", "tiktoken"])
+def test_the_demo_passes_the_checks_on_either_bundled_tokenizer(
+    tmp_path: Path, tokenizer: str
+) -> None:
+    """`eagle3-datagen demo --tokenizer tiktoken` runs on Kimi-K2.5's remote-code class path."""
+    from eagle3_datagen.demo import demo_config
+
+    check = check_before_server(demo_config(tmp_path, port=1, tokenizer=tokenizer), None)
+    assert check.sizes == {"demo_short": 64, "demo_long": 24}
+    assert type(check.tokenizer.tok).__name__ == (
+        "TikTokenTokenizer" if tokenizer == "tiktoken" else "TokenizersBackend"
+    )
+    # Kimi's real ids on the tiktoken fixture; right after a small vocabulary on the mini one.
+    assert (check.ids.think_end >= 163584) == (tokenizer == "tiktoken")
