@@ -101,6 +101,8 @@ class Counters:
     prompt_tokens_computed: int = 0
     sim_s: float = 0.0  # simulated seconds of server work
     lag_s: float = 0.0  # worst real-time lag behind the simulated clock (emulator too slow)
+    lag_lost_s: float = 0.0  # real seconds behind the clock never caught up (sum, forgiven)
+    idle_s: float = 0.0  # real seconds with nothing waiting, prefilling or running
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -209,8 +211,10 @@ class PhysicsScheduler:
             if not self.waiting and not self.running and self.chunked is None:
                 self.new_token_ratio = self.ratio_init  # idle: reset (scheduler.py:5318)
                 self._arrival.clear()
+                idle_from = self._forgive_lag()
                 await self._arrival.wait()
                 self._deadline = time.monotonic()
+                self.counters.idle_s += self._deadline - idle_from
                 continue
             batch = self._admit()
             if batch:
@@ -219,6 +223,7 @@ class PhysicsScheduler:
                 await self._decode()
             else:  # waiting requests that cannot be admitted and nothing running: wait
                 self._arrival.clear()
+                self._forgive_lag()
                 await self._arrival.wait()
                 self._deadline = time.monotonic()
 
@@ -232,8 +237,16 @@ class PhysicsScheduler:
         else:
             self.counters.lag_s = max(self.counters.lag_s, -delay)
             if -delay > 0.25:  # hopelessly behind (a stall): do not try to catch up
-                self._deadline = time.monotonic()
+                self._forgive_lag()
             await asyncio.sleep(0)
+
+    def _forgive_lag(self) -> float:
+        """Restart the scaled clock at now (a stall, or going idle), counting the real time it
+        lost in ``lag_lost_s``: wall time = simulated work x scale + idle + lag lost."""
+        now = time.monotonic()
+        self.counters.lag_lost_s += max(0.0, now - self._deadline)
+        self._deadline = now
+        return now
 
     def _reserved_by_running(self) -> float:
         """``sum(min(max_new - out, 4096) * ratio)`` over running (schedule_policy.py:785)."""

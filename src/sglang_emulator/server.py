@@ -340,6 +340,8 @@ class Emulator:
                 "prompt_tokens_computed": c.prompt_tokens_computed,
                 "sim_s": c.sim_s,
                 "lag_s": c.lag_s,
+                "lag_lost_s": c.lag_lost_s,
+                "idle_s": c.idle_s,
                 "new_token_ratio": self.physics.new_token_ratio,
             }
         return _json(snap)

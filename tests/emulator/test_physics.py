@@ -102,3 +102,40 @@ def test_output_length_follows_the_requests_max_new_tokens(emu_factory: Emulator
     assert 30 < short < 80, short
     assert 1500 < long < 2600, long
     assert 250 < other < 600, other
+
+
+def test_idle_time_and_lost_lag_are_counted_apart(emu_factory: EmulatorFactory) -> None:
+    """/emulator/stats splits wall time the server did no simulated work into idle (nothing
+    sent to it) and lag lost (the emulator stalled behind its scaled clock), so a benchmark can
+    tell a client's gaps from the emulator's own limit."""
+    import os
+    import signal
+    import threading
+
+    emu = emu_factory.start("--emu-physics", "seed-node", "--emu-time-scale", "0.05")
+    vocab = Vocab(TOKENIZER_DIR)
+    body = {"input_ids": make_prompt(vocab, 100, 0),
+            "sampling_params": {"max_new_tokens": 100, "ignore_eos": True}}  # fmt: skip
+    asyncio.run(_send(emu.url, [body]))
+    s0 = emu.stats()["physics"]
+    time.sleep(0.6)  # nothing sent: the server is idle
+    asyncio.run(_send(emu.url, [body]))
+    s1 = emu.stats()["physics"]
+    assert s1["idle_s"] - s0["idle_s"] >= 0.5, (s0, s1)
+    assert s1["lag_lost_s"] - s0["lag_lost_s"] < 0.25, (s0, s1)
+
+    # A stall while decoding (the process stopped for 0.6 s) is lag lost, not idle time.
+    def stall() -> None:
+        time.sleep(0.15)
+        os.kill(emu.proc.pid, signal.SIGSTOP)
+        time.sleep(0.6)
+        os.kill(emu.proc.pid, signal.SIGCONT)
+
+    stopper = threading.Thread(target=stall)
+    stopper.start()
+    long = {**body, "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}}
+    asyncio.run(_send(emu.url, [long]))  # ~11 simulated s of decode: ~0.55 s at scale 0.05
+    stopper.join()
+    s2 = emu.stats()["physics"]
+    assert s2["lag_lost_s"] - s1["lag_lost_s"] >= 0.4, (s1, s2)
+    assert s2["idle_s"] - s1["idle_s"] < 0.1, (s1, s2)
