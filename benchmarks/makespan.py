@@ -9,11 +9,18 @@ embedded backend (``prefect_test_harness``), attached to the emulator: three par
 (150 in flight), MEDIUM (64) and LONG (32), side by side as a run does them; then the same with
 every tier on ``concurrency: auto``.
 
-Makespan: from the first request the server sees to its last response (sampled from the
-emulator's counters every 50 ms), in simulated seconds (wall / time scale), so Prefect's
-start-up, the pre-flight and the final manifest are left out: on a GPU node they are seconds
-against hours. Lower bound, from the profile's arithmetic and the run's own records (prompt and
-output lengths read back from Parquet):
+Makespan: from the first batch request the server sees (the one after the pre-flight's smoke
+request) to its last response (sampled from the emulator's counters every 50 ms), in simulated
+seconds (wall / time scale), so Prefect's start-up, the pre-flight, the planning and the final
+manifest are left out: on a GPU node they are seconds against hours, while the time scale would
+stretch each real second of them to 33 simulated ones (``startup_s`` reports them, in real
+seconds). Inside the makespan the emulator's own clock accounting splits the time the server did
+no simulated work into ``client_gap_s`` (nothing queued or running: the client held work it had
+not sent) and ``emulator_lag_lost_s`` (the emulator fell behind its scaled clock on the shared
+cores); ``client_gaps`` lists the largest gaps and when they happened.
+
+Lower bound, from the profile's arithmetic and the run's own records (prompt and output lengths
+read back from Parquet):
 
     decode >= sum over output tokens of (per_req_ms + per_kv_token_us x its context)
               + base_ms x max(tokens / max_running_requests, contexts / KV pool)
@@ -30,9 +37,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import math
 import os
 import random
+import resource
 import shutil
 import statistics
 import tempfile
@@ -107,10 +116,23 @@ def child(url: str, inputs_dir: Path, out: Path, policy: str, scale: float) -> d
 
     inputs = [(t, inputs_dir / f"{t.name.lower()}.jsonl") for t in WORKLOAD]
     config = _config(inputs, out, policy)
+    # What the flow imports lazily (transformers with the tokenizer, pyarrow.compute and the
+    # pandas it pulls in for the duplicate scan), imported before the clock like the flow's
+    # own modules above: a once-per-process cost that a run of hours does not feel, and one
+    # this machine inflates (PYTHONDONTWRITEBYTECODE=1: every import compiles from source).
+    c_imp = cpu_s()
+    import pandas  # noqa: F401  (pyarrow imports it lazily when the duplicate scan sorts)
+    import pyarrow.compute  # noqa: F401
+
+    from eagle3_datagen.generate.plan import load_tokenizer
+
+    load_tokenizer(config)
+    import_cpu = cpu_s() - c_imp
     with prefect_test_harness(server_startup_timeout=180):
-        c0, t0 = cpu_s(), time.monotonic()
+        r0, c0, t0 = resource.getrusage(resource.RUSAGE_SELF), cpu_s(), time.monotonic()
         asyncio.run(datagen(config=config, server_url=url))
         cpu, wall = cpu_s() - c0, time.monotonic() - t0
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
     lengths: list[tuple[int, int]] = []
     for t, _ in inputs:
         files = sorted((out / t.name.lower()).glob("part-*.parquet"))
@@ -118,7 +140,8 @@ def child(url: str, inputs_dir: Path, out: Path, policy: str, scale: float) -> d
         lengths += zip(
             table["prompt_tokens"].to_pylist(), table["completion_tokens"].to_pylist(), strict=True
         )
-    return {"cpu_s": cpu, "wall_s": wall, "records": len(lengths), "lengths": lengths}
+    return {"cpu_s": cpu, "wall_s": wall, "records": len(lengths), "lengths": lengths,
+            "import_cpu_s": import_cpu, "sys_cpu_s": r1.ru_stime - r0.ru_stime}  # fmt: skip
 
 
 def lower_bound_s(lengths: list[tuple[int, int]]) -> dict[str, float]:
@@ -147,13 +170,22 @@ def lower_bound_s(lengths: list[tuple[int, int]]) -> dict[str, float]:
 
 
 class Sampler:
-    """Polls the emulator's counters in a thread: when the server first and last held work."""
+    """Polls the emulator's counters in a thread: when the server first and last held work.
+
+    The run's first request is the pre-flight's smoke request; the clock starts at the second
+    (the first of a batch), so the seconds the flow spends between them (partition subflows
+    starting, planning, the first render) are ``startup_s`` and not part of the makespan.
+    """
 
     def __init__(self, emu: Any, every_s: float = 0.05) -> None:
         self.emu, self.every_s = emu, every_s
-        self.samples: list[tuple[float, int, float]] = []  # (wall, running, physics sim_s)
+        self.samples: list[tuple[float, int, float, float]] = []  # wall, running, sim_s, idle_s
+        self.smoke: float | None = None  # when the pre-flight's smoke request arrived
         self.first: float | None = None
         self.last: float | None = None
+        self.idle_at_first: float | None = None  # the next sample's: idle is counted at its end
+        self.at_first: dict[str, Any] = {}  # the emulator's physics counters at first / last
+        self.at_last: dict[str, Any] = {}
         self._base = emu.stats()["requests"]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -171,13 +203,30 @@ class Sampler:
             s = self.emu.stats()
             now = time.monotonic()
             busy = s["running"] + s["queued"] > 0
-            if self.first is None and (busy or s["requests"] > self._base):
-                self.first = now
+            if self.smoke is None and s["requests"] > self._base:
+                self.smoke = now
+            if self.first is not None and self.idle_at_first is None:
+                self.idle_at_first = s["physics"]["idle_s"]
+            if self.first is None and s["requests"] > self._base + 1:
+                self.first, self.at_first = now, s["physics"]
             if busy:
-                self.last = now
+                self.last, self.at_last = now, s["physics"]
             if self.first is not None:
-                self.samples.append((now, s["running"], s["physics"]["sim_s"]))
+                p = s["physics"]
+                self.samples.append((now, s["running"], p["sim_s"], p["idle_s"]))
             self._stop.wait(self.every_s)
+
+
+def _gaps(sampler: Sampler, top: int = 8) -> list[tuple[float, float]]:
+    """The largest idle stretches as (when, how long), simulated seconds from the first
+    request: idle the emulator counted between two samples (it is counted when it ends)."""
+    t0 = sampler.samples[0][0]
+    gaps = [
+        ((b[0] - t0) / TIME_SCALE, (b[3] - a[3]) / TIME_SCALE)
+        for a, b in itertools.pairwise(sampler.samples)
+        if b[3] > a[3] and (sampler.first or 0) < a[0] and b[0] <= (sampler.last or b[0])
+    ]
+    return sorted(gaps, key=lambda g: -g[1])[:top]
 
 
 def one_run(emu: Any, inputs_dir: Path, out: Path, policy: str, scale: float) -> dict[str, Any]:
@@ -189,7 +238,7 @@ def one_run(emu: Any, inputs_dir: Path, out: Path, policy: str, scale: float) ->
     assert sampler.first is not None and sampler.last is not None, "the server saw no request"
     makespan_s = (sampler.last - sampler.first) / TIME_SCALE
     bound = lower_bound_s([(n_in, n_out) for n_in, n_out in flow["lengths"]])
-    running = [r for _, r, _ in sampler.samples if r > 0]
+    running = [r for _, r, _, _ in sampler.samples if r > 0]
     median = statistics.median(running) if running else 0
     tail = [
         b[0] - a[0]
@@ -197,6 +246,13 @@ def one_run(emu: Any, inputs_dir: Path, out: Path, policy: str, scale: float) ->
         if 0 < a[1] < median / 4
     ]
     sim = s1["physics"]["sim_s"] - s0["physics"]["sim_s"]
+    first, last = sampler.at_first, sampler.at_last
+    # Wall time of the makespan = simulated work x scale + idle + lag lost (the emulator's
+    # clock accounting). Idle inside the window is the client's gap: the server had nothing
+    # queued or running, yet more requests came later, so the client held work not yet sent.
+    assert sampler.smoke is not None and sampler.idle_at_first is not None
+    idle_s = (last["idle_s"] - sampler.idle_at_first) / TIME_SCALE
+    lag_lost_s = (s1["physics"]["lag_lost_s"] - first["lag_lost_s"]) / TIME_SCALE
     return {
         "policy": policy,
         "records": flow["records"],
@@ -208,9 +264,16 @@ def one_run(emu: Any, inputs_dir: Path, out: Path, policy: str, scale: float) ->
         "tail_s": sum(tail) / TIME_SCALE,
         "retracted": s1["physics"]["retracted"] - s0["physics"]["retracted"],
         "emulator_lag_s": s1["physics"]["lag_s"],
+        "startup_s": sampler.first - sampler.smoke,  # wall seconds, smoke to first batch request
+        "client_gap_s": idle_s,
+        "emulator_lag_lost_s": lag_lost_s,
+        "unaccounted_s": makespan_s - (last["sim_s"] - first["sim_s"]) - idle_s - lag_lost_s,
+        "client_gaps": _gaps(sampler),
         "flow_wall_s": flow["wall_s"],
         "flow_cpu_s": flow["cpu_s"],
         "cpu_ms_per_record": 1e3 * flow["cpu_s"] / max(1, flow["records"]),
+        "flow_import_cpu_s": flow["import_cpu_s"],
+        "flow_sys_cpu_s": flow["sys_cpu_s"],  # the kernel's share of flow_cpu_s
         "server_output_tokens": s1["output_tokens"] - s0["output_tokens"],
     }
 

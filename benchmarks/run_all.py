@@ -176,12 +176,12 @@ def makespan_figures(f: dict[str, Any]) -> list[Figure]:
         why = ""
         if ratio > 1.05:
             busy, span = run["server_busy_s"], run["makespan_s"]
+            gap, lag = run["client_gap_s"], run["emulator_lag_lost_s"]
             why = (f"the server worked {busy / run['bound_s']:.2f}x the bound (median "
                    f"{run['median_running']:.0f} running, {tail:,.0f} s below a quarter of that: "
-                   f"the drain of the longest outputs, which the bound leaves out) and sat "
-                   f"{max(0.0, span - busy):,.0f} s ({max(0.0, span - busy) / span:.0%}) without "
-                   f"work (client gaps, or the emulator behind its scaled clock on shared cores); "
-                   f"{run['retracted']} retractions")  # fmt: skip
+                   f"the drain of the longest outputs, which the bound leaves out); without work "
+                   f"{gap:,.0f} s ({gap / span:.1%}) from client gaps and {lag:,.0f} s from the "
+                   f"emulator behind its clock; {run['retracted']} retractions")  # fmt: skip
         out.append(Figure("f", f"makespan / peak-capacity bound, {run['policy']}", value,
                           "<= 1.05x", ratio <= 1.05, why))  # fmt: skip
     for run in f["runs"]:
@@ -196,10 +196,11 @@ def cpu_why(run: dict[str, Any]) -> str:
     """Why (g) missed: these records are long, and the flow's CPU grows with their tokens."""
     tokens = (run["output_tokens"] + run["prompt_tokens"]) / max(1, run["records"])
     us = 1e6 * run["flow_cpu_s"] / max(1, run["output_tokens"] + run["prompt_tokens"])
-    return (f"records of ~{tokens:,.0f} tokens (prompt + output; (a)'s are ~450): "
-            f"{us:.2f} us CPU per token for render, JSON decode, validation and Parquet, plus "
-            "the fixed costs (tokenizer load, planning, Prefect task runs); not profiled "
-            "further")  # fmt: skip
+    return (f"records of ~{tokens:,.0f} tokens (prompt + output; (a)'s are ~450), "
+            f"{us:.2f} us CPU per token; {run['flow_sys_cpu_s']:.1f} of the "
+            f"{run['flow_cpu_s']:.1f} s in the kernel; the flow's lazy imports "
+            f"({run['flow_import_cpu_s']:.1f} s) done before the clock. Where the rest goes: "
+            "README, Performance, (g) profile")  # fmt: skip
 
 
 def details(r: dict[str, Any]) -> list[str]:
@@ -281,8 +282,11 @@ def details(r: dict[str, Any]) -> list[str]:
                 f"{run['bound_s']:,.0f} = decode {run['decode_s']:,.0f} at the peak "
                 f"{run['peak_tok_s']:,.0f} tok/s + prefill {run['prefill_s']:,.0f}; median "
                 f"{run['median_running']:.0f} running, {run['retracted']} retractions, emulator "
-                f"lag {run['emulator_lag_s']:.2f} s; flow {run['flow_wall_s']:.0f} s wall, "
-                f"{run['flow_cpu_s']:.1f} s CPU"
+                f"lag {run['emulator_lag_s']:.2f} s (lost {run['emulator_lag_lost_s']:.1f} sim s), "
+                f"client gaps {run['client_gap_s']:.1f} sim s, start-up (smoke request to the "
+                f"first batch request) {run['startup_s']:.1f} s wall; flow "
+                f"{run['flow_wall_s']:.0f} s wall, {run['flow_cpu_s']:.1f} s CPU (imports done "
+                f"before the clock: {run['flow_import_cpu_s']:.1f} s)"
             )
     return lines
 
