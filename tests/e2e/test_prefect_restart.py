@@ -32,12 +32,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 OUTAGE_S = 30
 PARTS = {"restart_a": (56, 0, "SHORT"), "restart_b": (24, 1000, "LONG")}  # n, first id, tier
-# In the worker's environment, which its flow runs inherit: a client retry window (2+4+8 s)
-# shorter than the outage, so calls made during it give up, as any call does in an outage longer
-# than its window (default 5 retries, ~62 s); and the client's retry lines at DEBUG, to see them.
+# In the flow run's environment (replacing the deployment's, which asks for 8 retries): a client
+# retry window (2+4+8 s) shorter than the outage, so calls made during it give up, as any call
+# does in an outage longer than its window; and the client's retry lines at DEBUG, to see them.
 CLIENT_ENV = {
     "PREFECT_CLIENT_MAX_RETRIES": "3",
+    "PREFECT_CLIENT_RETRY_EXTRA_CODES": "500",
     "PREFECT_LOGGING_LOGGERS_PREFECT_CLIENT_LEVEL": "DEBUG",
+    "PREFECT_LOGGING_EXTRA_LOGGERS": "eagle3_datagen",
+    "TRANSFORMERS_VERBOSITY": "error",
 }
 PROGRESS = re.compile(r"^(restart_[ab]): (\d+)/(\d+) ")
 
@@ -60,10 +63,20 @@ def state_history(srv: PrefectServer, flow_run_id: str) -> list[str]:
     return [s["type"] for s in sorted(states, key=lambda s: s["timestamp"])]
 
 
-def run_logs(srv: PrefectServer, flow_run_ids: list[str]) -> list[tuple[datetime, str]]:
-    logs = srv.post("/logs/filter", {"logs": {"flow_run_id": {"any_": flow_run_ids}},
-                                     "sort": "TIMESTAMP_ASC", "limit": 200})  # fmt: skip
-    return [(datetime.fromisoformat(e["timestamp"]), e["message"]) for e in logs]
+def run_logs(
+    srv: PrefectServer, flow_run_ids: list[str], after: datetime
+) -> list[tuple[datetime, str]]:
+    """Every log line of the runs since ``after``, page by page (the API caps a page at 200)."""
+    found: list[tuple[datetime, str]] = []
+    while True:
+        page = srv.post("/logs/filter", {
+            "logs": {"flow_run_id": {"any_": flow_run_ids},
+                     "timestamp": {"after_": after.isoformat()}},
+            "sort": "TIMESTAMP_ASC", "limit": 200, "offset": len(found),
+        })  # fmt: skip
+        found += [(datetime.fromisoformat(e["timestamp"]), e["message"]) for e in page]
+        if len(page) < 200:
+            return found
 
 
 def test_prefect_server_restart_mid_run_loses_nothing_and_duplicates_nothing(
@@ -92,7 +105,7 @@ def test_prefect_server_restart_mid_run_loses_nothing_and_duplicates_nothing(
     ]  # fmt: skip
     ledger = out / "emulator-ledger.jsonl"
 
-    run_id = srv.run_deployment("eagle3-datagen/demo", {"config": config})
+    run_id = srv.run_deployment("eagle3-datagen/demo", {"config": config}, env=CLIENT_ENV)
     wait_until(lambda: generated(ledger) >= 8, timeout_s=180, interval_s=0.5)
     at_stop = generated(ledger)
     srv.stop_server()
@@ -111,13 +124,14 @@ def test_prefect_server_restart_mid_run_loses_nothing_and_duplicates_nothing(
 
     if first["state_type"] != "COMPLETED":
         # The documented recovery: run the same deployment again into the same directory.
-        rerun = srv.wait_final(srv.run_deployment("eagle3-datagen/demo", {"config": config}))
+        again = srv.run_deployment("eagle3-datagen/demo", {"config": config}, env=CLIENT_ENV)
+        rerun = srv.wait_final(again)
         assert rerun["state_type"] == "COMPLETED", rerun["state"]
     else:
         # Each partition's progress reporter outlived the outage: progress lines after it.
         subs = srv.post("/flow_runs/filter",
                         {"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}})  # fmt: skip
-        logs = run_logs(srv, [s["id"] for s in subs])
+        logs = run_logs(srv, [s["id"] for s in subs], after=back)
         matches = [m for ts, msg in logs if ts > back and (m := PROGRESS.match(msg))]
         after = {m.group(1) for m in matches if m.group(2) != m.group(3)}  # not the final line
         late = back + timedelta(seconds=12)

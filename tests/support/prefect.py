@@ -98,9 +98,13 @@ class PrefectServer:
         self.procs.append(proc)
         return proc
 
-    def run_deployment(self, name: str, params: dict[str, Any]) -> str:
-        """``prefect deployment run NAME --params JSON``; returns the flow run id."""
-        out = self.cli("deployment", "run", name, "--params", json.dumps(params))
+    def run_deployment(
+        self, name: str, params: dict[str, Any], env: dict[str, str] | None = None
+    ) -> str:
+        """``prefect deployment run NAME --params JSON``; returns the flow run id. ``env``
+        replaces the deployment's ``env`` job variable for this run."""
+        extra = ["--job-variable", f"env={json.dumps(env)}"] if env is not None else []
+        out = self.cli("deployment", "run", name, "--params", json.dumps(params), *extra)
         match = re.search(r"UUID: ([0-9a-f-]{36})", out)
         assert match, out
         return match.group(1)
