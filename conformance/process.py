@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
-import httpx
-
 from conformance.model_dir import make_model_dir
+from tests.support import wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = REPO / "src" / "eagle3_datagen" / "assets"
@@ -76,18 +75,10 @@ class RealAppProcess:
 
     def wait_ready(self, timeout_s: float = 120.0) -> Self:
         """Until `/health` answers 200 (after SGLang's own warm-up request)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"real app exited with {self.proc.returncode}: {self.output[-3000:]}"
-                )
-            try:
-                if httpx.get(f"{self.url}/health", timeout=25.0).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+        if wait_healthy(self.proc, self.url, what="real app",
+                        output=lambda: self.output[-3000:], timeout_s=timeout_s,
+                        request_timeout_s=25.0, interval_s=0.2):  # fmt: skip
+            return self
         self.stop()
         raise TimeoutError(f"real app at {self.url} not healthy after {timeout_s}s")
 

@@ -164,9 +164,12 @@ class PartitionRunner:
 
         journal = BatchJournal(self.output.journal_path(spec.index))
         samples = self.partition.samples
-        earlier = _Earlier(journal, self.reuse, [
+        # First turns are prefetched from superseded batches in one pass; with none (the usual
+        # case) their keys are not worth hashing twice (each turn hashes its own in _turn).
+        first_keys = [
             prompt_key(self._record_id(p, 0, n), ids) for p, ids in jobs for n in range(samples)
-        ])  # fmt: skip
+        ] if len(self.reuse) else []  # fmt: skip
+        earlier = _Earlier(journal, self.reuse, first_keys)
         self.progress.batch_started(spec.index, spec.count - len(jobs))
         try:
             outcomes = await self._run_conversations(spec.index, jobs, earlier)

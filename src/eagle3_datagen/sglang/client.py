@@ -17,6 +17,7 @@ HTTP status maps to our error types in exactly one place, :func:`raise_for_gener
 from __future__ import annotations
 
 import weakref
+from abc import ABC, abstractmethod
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Self
@@ -154,11 +155,11 @@ def _stale(err: aiohttp.ClientError) -> bool:
     )
 
 
-class ClosedOnExit:
+class ClosedOnExit(ABC):
     """``async with x:`` closes ``x`` (its ``aclose``) on the way out, whatever happened inside."""
 
-    async def aclose(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    async def aclose(self) -> None: ...
 
     async def __aenter__(self) -> Self:
         return self
