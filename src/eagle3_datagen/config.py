@@ -595,6 +595,13 @@ class PipelineConfig(_Model):
         default=512,
         description="Prompts per Prefect task run (a task run costs ~10 ms).",
     )
+    lock_wait_s: Annotated[float, Field(ge=0)] | None = Field(
+        title="Wait for the output lock (s)",
+        default=0.0,
+        description="When another run is writing one of this run's partitions of the output "
+        "directory: 0 refuses at once, naming it; a number waits that many seconds for it to "
+        "finish; empty waits for as long as it takes.",
+    )
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineConfig:

@@ -7,6 +7,7 @@ Our exception hierarchy::
     ├── TokenizerError         tokenizer cannot be loaded, or a special token is not one token
     ├── InputFileError         a partition's prompts file is missing or unreadable
     ├── OutputConflictError    the output directory holds data made under another fingerprint
+    ├── OutputLockedError      another run holds a partition of the output directory
     ├── OutputWriteError       the output cannot be written (disk full, quota): path and cause
     ├── DatasetError           a finished dataset cannot be read back (validate, export)
     ├── ServerError            the server is unusable: the run cannot go on
@@ -53,6 +54,10 @@ class InputFileError(DatagenError):
 
 class OutputConflictError(DatagenError):
     """The output directory already holds data that must not be mixed with this run's."""
+
+
+class OutputLockedError(DatagenError):
+    """Another run is writing a partition of the output directory; the message names it."""
 
 
 class OutputWriteError(DatagenError):
@@ -137,6 +142,7 @@ _FINAL: tuple[type[BaseException], ...] = (
     ServerLost,
     OutputWriteError,
     OutputConflictError,
+    OutputLockedError,
     InputFileError,
     ConfigError,
     TokenizerError,

@@ -4,20 +4,31 @@ Loading Kimi-K2.5 takes many minutes of eight GPUs; a missing prompts file or a 
 the tokenizer splits must not wait for that. :func:`check_before_server` runs in the parent flow
 before the server is launched or attached to: partition names, every selected input file (it
 exists, can be read, and how many lines it has: the partition's size in every report), the
-tokenizer and chat template, and the special tokens. Every input problem is reported at once.
+tokenizer and chat template, the special tokens, the output path (a directory this user can
+write), and every setting the config alone decides that differs from the data already in the
+output directory (the server's own settings are compared once it answers: ``write/guard.py``).
+Every input problem is reported at once.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen.errors import InputFileError
+from eagle3_datagen.errors import InputFileError, OutputConflictError, OutputWriteError
 from eagle3_datagen.generate.plan import load_tokenizer
 from eagle3_datagen.inputs.prompts import is_parquet
+from eagle3_datagen.provenance import build_fingerprint, diff_content
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.validate.tokens import TokenIds
+from eagle3_datagen.write.manifest import read_manifest
+from eagle3_datagen.write.shards import PartitionOutput
 
 _CHUNK = 1 << 22
 
@@ -63,15 +74,94 @@ def input_problem(partition: str, path: str) -> str | int:
         return f"{path}: not a readable Parquet file (partition {partition!r}): {err}"
 
 
+def output_path_problem(output_dir: str | Path) -> str | None:
+    """Why the run could not create or write ``output_dir``, or None when it can."""
+    path = Path(output_dir)
+    if path.exists():
+        if not path.is_dir():
+            return f"{path}: the output directory is a file, not a directory"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return f"{path}: the output directory is not writable by this user"
+        return None
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{path}: cannot create the output directory: {parent} is a file"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{path}: cannot create the output directory: {parent} is not writable"
+    return None
+
+
+def _config_content(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """The fingerprint's content without what only the server can say."""
+    return {k: v for k, v in (fingerprint.get("content") or {}).items() if k != "server"}
+
+
+def _shard_content(output: PartitionOutput) -> dict[str, Any] | None:
+    """The fingerprint content the partition's first readable shard was written under."""
+    for path in output.shard_paths():
+        try:
+            meta = pq.read_schema(path).metadata or {}
+            raw = meta.get(b"eagle3_datagen.fingerprint")
+            return dict(orjson.loads(raw)) if raw is not None else None
+        except (OSError, ValueError):
+            continue  # a torn file: its batch is redone anyway
+    return None
+
+
+def config_conflicts(
+    config: PipelineConfig, tokenizer: ChatTokenizer, output_dir: str | Path, names: list[str]
+) -> list[str]:
+    """The settings this config decides that differ from the data in ``output_dir``: the
+    manifest's fingerprint, and the first shard of each partition this run would write."""
+    ours = _config_content(build_fingerprint(config, tokenizer, {}, None))
+    changes: list[str] = []
+    old = read_manifest(output_dir)
+    if old is not None:
+        changes = diff_content(_config_content(old.get("fingerprint") or {}), ours)
+    for name in names:
+        shard = _shard_content(PartitionOutput(output_dir, name))
+        if shard is not None and not changes and diff_content(_config_content(shard), ours):
+            changes.append(f"{name}: shards written under other settings")
+    return changes
+
+
+def check_output(
+    config: PipelineConfig, tokenizer: ChatTokenizer, names: list[str], *, overwrite: bool
+) -> None:
+    """The output path can be written and holds no data made under other config settings
+    (with ``overwrite`` such data is deleted once the server's settings are known)."""
+    problem = output_path_problem(config.output_dir)
+    if problem is not None:
+        raise OutputWriteError(problem)
+    if overwrite or not Path(config.output_dir).is_dir():
+        return
+    changes = config_conflicts(config, tokenizer, config.output_dir, names)
+    if changes:
+        raise OutputConflictError(
+            f"{config.output_dir} holds data made with different settings; changed: "
+            + "; ".join(changes[:10])
+            + ". Use a new output directory or --overwrite."
+        )
+
+
 def check_before_server(
-    config: PipelineConfig, partitions: list[str] | None, sizes: dict[str, int] | None = None
+    config: PipelineConfig,
+    partitions: list[str] | None,
+    sizes: dict[str, int] | None = None,
+    *,
+    overwrite: bool = False,
 ) -> RunCheck:
-    """Check names, inputs, tokenizer and special tokens; raise the first kind that fails.
+    """Check names, inputs, tokenizer, special tokens and output; raise the first kind that
+    fails.
 
     Raises ConfigError (unknown partition), InputFileError (every unusable input, one line
-    each), TokenizerError (tokenizer, chat template or a special token). ``sizes``, if given,
-    is filled with each readable input's line count as it is found, so a caller reporting a
-    failed check still knows the partitions' sizes.
+    each), TokenizerError (tokenizer, chat template or a special token), OutputWriteError (the
+    output path cannot be written), OutputConflictError (the output holds data made under other
+    settings of the config; not with ``overwrite``). ``sizes``, if given, is filled with each
+    readable input's line count as it is found, so a caller reporting a failed check still
+    knows the partitions' sizes.
     """
     names = list(partitions or [p.name for p in config.partitions])
     parts = [config.partition(name) for name in names]  # ConfigError names the unknown one
@@ -87,4 +177,5 @@ def check_before_server(
         raise InputFileError("; ".join(problems))
     tokenizer = load_tokenizer(config)
     ids = TokenIds.resolve(tokenizer, config.special_tokens)
+    check_output(config, tokenizer, names, overwrite=overwrite)
     return RunCheck(names=names, sizes=sizes, tokenizer=tokenizer, ids=ids)

@@ -78,3 +78,63 @@ def test_the_demo_passes_the_checks_on_either_bundled_tokenizer(
     )
     # Kimi's real ids on the tiktoken fixture; right after a small vocabulary on the mini one.
     assert (check.ids.think_end >= 163584) == (tokenizer == "tiktoken")
+
+
+def _made_by(cfg: PipelineConfig, partition: str, **server: object) -> None:
+    """An output directory as a run of ``cfg`` leaves it: a manifest and a committed batch."""
+    from eagle3_datagen.generate.plan import load_tokenizer
+    from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
+    from eagle3_datagen.write.manifest import update_manifest
+    from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
+
+    fp = build_fingerprint(cfg, load_tokenizer(cfg), dict(server), "0.5.23")
+    PartitionOutput(cfg.output_dir, partition).write_batch(
+        BatchSummary(partition, 0, 0, 1), [], [], parquet_metadata(fp)
+    )
+    update_manifest(cfg.output_dir, fp, {})
+
+
+def test_an_output_path_that_cannot_be_written_fails_before_the_server(tmp_path: Path) -> None:
+    from eagle3_datagen.errors import OutputWriteError
+
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    cfg = config(tmp_path, {"a": "a.jsonl"})
+    (tmp_path / "out").write_text("a file")
+    with pytest.raises(OutputWriteError, match="out: the output directory is a file"):
+        check_before_server(cfg, None)
+    cfg.output_dir = str(tmp_path / "out" / "deeper" / "run")
+    with pytest.raises(OutputWriteError, match=r"cannot create the output directory: .*/out is a"):
+        check_before_server(cfg, None)
+    (tmp_path / "out").unlink()
+    check_before_server(cfg, None)  # a directory that does not exist yet is fine
+
+
+def test_a_setting_the_config_changed_is_refused_before_the_server(tmp_path: Path) -> None:
+    from eagle3_datagen.errors import OutputConflictError
+
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    cfg = config(tmp_path, {"a": "a.jsonl"})
+    _made_by(cfg, "a", context_length=4096)
+    # Only the server differs (it is not known before the server answers): not refused here.
+    check_before_server(cfg, None)
+    changed = config(tmp_path, {"a": "a.jsonl"})
+    changed.sampling.temperature = 0.3
+    with pytest.raises(OutputConflictError, match=r"changed: sampling.temperature: 1.0 -> 0.3"):
+        check_before_server(changed, None)
+    check_before_server(changed, None, overwrite=True)  # deleted once the server is known
+
+
+def test_shards_of_other_settings_are_refused_without_a_manifest(tmp_path: Path) -> None:
+    from eagle3_datagen.errors import OutputConflictError
+    from eagle3_datagen.write.manifest import MANIFEST
+
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    (tmp_path / "b.jsonl").write_text("{}\n")
+    cfg = config(tmp_path, {"a": "a.jsonl", "b": "b.jsonl"})
+    cfg.batch_size = 7
+    _made_by(cfg, "a")
+    (tmp_path / "out" / MANIFEST).unlink()  # a fan-out job that died before its manifest
+    cfg.batch_size = 8
+    with pytest.raises(OutputConflictError, match="a: shards written under other settings"):
+        check_before_server(cfg, ["a"])
+    check_before_server(cfg, ["b"])  # b has no data: nothing to conflict with

@@ -3,16 +3,22 @@
 A 1T-parameter model loads for tens of minutes, so the gate must (a) tell the user what the
 server is doing (the last log line: usually the checkpoint-shard progress bar), and (b) fail
 at once, with the log tail, when the server process dies instead of waiting out the deadline.
+(c) An attached server must already listen: SGLang accepts connections only once its weights
+are loaded, and then answers 503 until it is warm, so a connection refused for more than a few
+seconds means a wrong URL or a server that is not there, not one that is starting: the gate
+says so instead of waiting out ``startup_timeout_s`` (an hour in the shipped configs).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from eagle3_datagen.errors import ServerStartupError
 from eagle3_datagen.sglang.client import SGLangClient
@@ -22,6 +28,8 @@ from eagle3_datagen.sglang.redact import redact_text
 READY_PATH = "/health_generate"
 LOG_TAIL_LINES = 50
 _TAIL_BYTES = 256 * 1024
+# How long an attached server may refuse connections before the gate gives up on it.
+ATTACH_REFUSED_S = 10.0
 
 
 class LogSink(Protocol):
@@ -57,6 +65,32 @@ def log_tail(path: str | Path | None, lines: int = LOG_TAIL_LINES, *, offset: in
     return [p.rstrip() for p in parts if p.strip()][-lines:]
 
 
+async def nothing_listens(url: str, timeout_s: float = 5.0) -> str | None:
+    """Why no server can be listening at ``url`` (refused, unknown host), or None when a TCP
+    connection opens or the attempt only timed out (a slow network or a busy host)."""
+    parts = urlsplit(url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    except ConnectionRefusedError:
+        return "connection refused"
+    except socket.gaierror as err:
+        return f"cannot resolve host {host!r}: {err.strerror or err}"
+    except (TimeoutError, OSError):
+        return None
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except OSError:
+        pass
+    return None
+
+
+def _status_text(status: int, refused: str | None) -> str:
+    return str(status) if status else (refused or "no answer")
+
+
 def _redactor(process: ServerProcess | None) -> Callable[[str], str]:
     return process.redact if process is not None else redact_text
 
@@ -81,13 +115,16 @@ async def wait_until_healthy(
     poll_interval_s: float = 0.5,
     api_key: str | None = None,
     logger: LogSink | None = None,
+    refused_limit_s: float | None = None,
 ) -> float:
     """Poll ``/health_generate`` until it answers 200; return the seconds waited.
 
     Connection refused/reset, timeouts and 503 mean "still starting". SGLang serves
     ``/health*`` without the API key, so a wrong key is not seen here but by pre-flight's
     ``/server_info``. If ``process`` exits, or ``deadline_s`` passes,
-    :class:`ServerStartupError` carries the exit code or elapsed time and the log tail.
+    :class:`ServerStartupError` carries the exit code or elapsed time and the log tail. With
+    ``refused_limit_s`` (attaching to a server that should be up), connections refused for that
+    long raise at once: nothing listens at the URL.
     """
     log = logger or _default_log
     if log_path is None and process is not None:
@@ -101,6 +138,8 @@ async def wait_until_healthy(
     start = time.monotonic()
     next_progress = start + progress_every_s
     last_status = 0
+    refused: str | None = None  # why nothing listens, while that lasts
+    refused_since = 0.0
     try:
         while True:
             elapsed = time.monotonic() - start
@@ -114,7 +153,7 @@ async def wait_until_healthy(
                 raise ServerStartupError(
                     f"server at {client.base_url} not healthy after {elapsed:.0f} s "
                     f"(deadline {deadline_s:.0f} s, last {READY_PATH} status "
-                    f"{last_status or 'no answer'}); {_tail_block(process, log_path)}"
+                    f"{_status_text(last_status, refused)}); {_tail_block(process, log_path)}"
                 )
             try:
                 last_status = await client.health_status(
@@ -125,25 +164,46 @@ async def wait_until_healthy(
                 last_status = 0
             if last_status == 200:
                 elapsed = time.monotonic() - start
-                log.info("server at %s is healthy after %.1f s", client.base_url, elapsed)
+                log.debug("server at %s is healthy after %.1f s", client.base_url, elapsed)
                 return elapsed
             now = time.monotonic()
+            if refused_limit_s is not None:
+                was = refused
+                refused = await nothing_listens(client.base_url) if last_status == 0 else None
+                refused_since = refused_since if was else now
+                if refused and now - refused_since >= refused_limit_s:
+                    raise ServerStartupError(
+                        f"nothing listens at {client.base_url} ({refused} for "
+                        f"{now - refused_since:.0f} s): check the URL, or start the run once "
+                        "the server accepts connections (SGLang does once its weights are "
+                        "loaded)"
+                    )
             if now >= next_progress:
                 next_progress = now + progress_every_s
-                tail = log_tail(log_path, 1, offset=process.log_offset if process else 0)
-                redact: Callable[[str], str] = (
-                    process.redact if process is not None else redact_text
-                )
-                last_line = redact(tail[-1]) if tail else "(no output yet)"
-                log.info(
-                    "waiting for server at %s: %.0f s elapsed, %s %s; log: %s",
-                    client.base_url,
-                    now - start,
-                    READY_PATH,
-                    last_status or "no answer",
-                    last_line[-300:],
+                _log_waiting(
+                    log, client.base_url, now - start, last_status, refused, process, log_path
                 )
             await asyncio.sleep(poll_interval_s)
     finally:
         if own_client:
             await client.aclose()
+
+
+def _log_waiting(
+    log: LogSink,
+    url: str,
+    elapsed: float,
+    status: int,
+    refused: str | None,
+    process: ServerProcess | None,
+    log_path: str | Path | None,
+) -> None:
+    """The periodic "still waiting" line: the status, and the server log's last line if the
+    run has a log of the server (an attached server has none)."""
+    line = f"waiting for server at {url}: {elapsed:.0f} s elapsed, {READY_PATH} "
+    line += _status_text(status, refused)
+    if log_path is not None:
+        tail = log_tail(log_path, 1, offset=process.log_offset if process else 0)
+        redact: Callable[[str], str] = process.redact if process is not None else redact_text
+        line += "; log: " + (redact(tail[-1])[-300:] if tail else "(no output yet)")
+    log.info(line)

@@ -17,7 +17,7 @@ from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.generate.concurrency import ConcurrencyController
 from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import SGLangClient
-from eagle3_datagen.sglang.health import LogSink, wait_until_healthy
+from eagle3_datagen.sglang.health import ATTACH_REFUSED_S, LogSink, wait_until_healthy
 from eagle3_datagen.sglang.launch_command import resolve_api_key
 from eagle3_datagen.sglang.load import LoadReader
 from eagle3_datagen.sglang.orphans import reap_orphans
@@ -73,11 +73,17 @@ async def open_server(
     url = (attach_url or server.base_url).rstrip("/")
     current: ServerProcess | None = None
 
-    async def gate(deadline_s: float, at: str | None = None) -> ServerFacts:
+    async def gate(
+        deadline_s: float, at: str | None = None, refused_limit_s: float | None = None
+    ) -> ServerFacts:
         target = at or url
         async with SGLangClient(target, api_key=api_key, timeout_s=60.0) as client:
             waited = await wait_until_healthy(
-                client, deadline_s=deadline_s, process=current, logger=logger
+                client,
+                deadline_s=deadline_s,
+                process=current,
+                logger=logger,
+                refused_limit_s=refused_limit_s,
             )
             logger.info(f"server at {target} healthy after {waited:.1f} s")
             return await preflight(
@@ -107,7 +113,8 @@ async def open_server(
         url = ",".join(urls)
         for one in urls:  # every server must pass the gate and the checks
             logger.info(f"attaching to the server at {one}")
-            facts = await gate(server.startup_timeout_s, one)
+            # An attached server already listens (or is down): refused is not "starting".
+            facts = await gate(server.startup_timeout_s, one, ATTACH_REFUSED_S)
         relaunch = None
     else:
         reaped = reap_orphans(server_state_dir(config.output_dir))
