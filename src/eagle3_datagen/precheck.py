@@ -151,7 +151,7 @@ def check_before_server(
     partitions: list[str] | None,
     sizes: dict[str, int] | None = None,
     *,
-    overwrite: bool = False,
+    overwrite: bool | None = None,
 ) -> RunCheck:
     """Check names, inputs, tokenizer, special tokens and output; raise the first kind that
     fails.
@@ -159,7 +159,8 @@ def check_before_server(
     Raises ConfigError (unknown partition), InputFileError (every unusable input, one line
     each), TokenizerError (tokenizer, chat template or a special token), OutputWriteError (the
     output path cannot be written), OutputConflictError (the output holds data made under other
-    settings of the config; not with ``overwrite``). ``sizes``, if given, is filled with each
+    settings of the config; not with ``overwrite``; None leaves the output to the caller).
+    ``sizes``, if given, is filled with each
     readable input's line count as it is found, so a caller reporting a failed check still
     knows the partitions' sizes.
     """
@@ -177,5 +178,6 @@ def check_before_server(
         raise InputFileError("; ".join(problems))
     tokenizer = load_tokenizer(config)
     ids = TokenIds.resolve(tokenizer, config.special_tokens)
-    check_output(config, tokenizer, names, overwrite=overwrite)
+    if overwrite is not None:
+        check_output(config, tokenizer, names, overwrite=overwrite)
     return RunCheck(names=names, sizes=sizes, tokenizer=tokenizer, ids=ids)

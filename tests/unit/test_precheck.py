@@ -101,12 +101,14 @@ def test_an_output_path_that_cannot_be_written_fails_before_the_server(tmp_path:
     cfg = config(tmp_path, {"a": "a.jsonl"})
     (tmp_path / "out").write_text("a file")
     with pytest.raises(OutputWriteError, match="out: the output directory is a file"):
-        check_before_server(cfg, None)
+        check_before_server(cfg, None, overwrite=False)
+    with pytest.raises(OutputWriteError, match="out: the output directory is a file"):
+        check_before_server(cfg, None, overwrite=True)  # nothing to delete makes it writable
     cfg.output_dir = str(tmp_path / "out" / "deeper" / "run")
     with pytest.raises(OutputWriteError, match=r"cannot create the output directory: .*/out is a"):
-        check_before_server(cfg, None)
+        check_before_server(cfg, None, overwrite=False)
     (tmp_path / "out").unlink()
-    check_before_server(cfg, None)  # a directory that does not exist yet is fine
+    check_before_server(cfg, None, overwrite=False)  # a directory that does not exist yet is fine
 
 
 def test_a_setting_the_config_changed_is_refused_before_the_server(tmp_path: Path) -> None:
@@ -116,11 +118,11 @@ def test_a_setting_the_config_changed_is_refused_before_the_server(tmp_path: Pat
     cfg = config(tmp_path, {"a": "a.jsonl"})
     _made_by(cfg, "a", context_length=4096)
     # Only the server differs (it is not known before the server answers): not refused here.
-    check_before_server(cfg, None)
+    check_before_server(cfg, None, overwrite=False)
     changed = config(tmp_path, {"a": "a.jsonl"})
     changed.sampling.temperature = 0.3
     with pytest.raises(OutputConflictError, match=r"changed: sampling.temperature: 1.0 -> 0.3"):
-        check_before_server(changed, None)
+        check_before_server(changed, None, overwrite=False)
     check_before_server(changed, None, overwrite=True)  # deleted once the server is known
 
 
@@ -136,5 +138,5 @@ def test_shards_of_other_settings_are_refused_without_a_manifest(tmp_path: Path)
     (tmp_path / "out" / MANIFEST).unlink()  # a fan-out job that died before its manifest
     cfg.batch_size = 8
     with pytest.raises(OutputConflictError, match="a: shards written under other settings"):
-        check_before_server(cfg, ["a"])
-    check_before_server(cfg, ["b"])  # b has no data: nothing to conflict with
+        check_before_server(cfg, ["a"], overwrite=False)
+    check_before_server(cfg, ["b"], overwrite=False)  # b has no data: nothing to conflict with

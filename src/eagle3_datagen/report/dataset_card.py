@@ -5,6 +5,10 @@ so ``datasets.load_dataset(DIR, "<partition>")`` and the Hub's viewer find the d
 loading script; the body says where the data came from (the run fingerprint), how much there
 is, what it looks like (the same figures as the Prefect data artifacts) and how to load it.
 Written from the manifest and the shards, so it is rewritten whole after every run.
+
+Partitions are listed in the config's order (the fingerprint keeps it), and the default config
+is the config's first partition: ``load_dataset(DIR)`` without a name loads what the config
+put first, not what sorts first.
 """
 
 from __future__ import annotations
@@ -19,20 +23,58 @@ from eagle3_datagen.report.data_picture import (
     partition_picture,
     picture_markdown,
 )
+from eagle3_datagen.write.records import RECORD_SCHEMA
 from eagle3_datagen.write.shards import atomic_write_bytes
 
 CARD = "README.md"
 
+# Every column of a record, in the schema's order (a test holds this to RECORD_SCHEMA).
+COLUMNS: dict[str, str] = {
+    "id": "the record's id, unique in its partition (`<line id>`, `#s<n>` for sample n, "
+    "`#t<k>` for generated turn k)",
+    "partition": "the partition it belongs to",
+    "prompt_ids": "list<int32>: the prompt rendered by the model's chat template and tokenizer",
+    "output_ids": "list<int32>: exactly as the server returned them, stop token included",
+    "finish_reason": "`stop` or `length`",
+    "prompt_tokens": "tokens in `prompt_ids`",
+    "completion_tokens": "tokens in `output_ids`",
+    "truncated": "the output was cut at `max_new_tokens` or the context length",
+    "think_end_index": "position of `</think>` in `output_ids`, -1 if none",
+    "cached_tokens": "prompt tokens the server had cached (prefix reuse)",
+    "e2e_latency": "seconds the server took for the request",
+    "source_line": "the line (JSONL) or row (Parquet) of the input file, 1-based",
+    "rid": "the request id sent to the server",
+    "conversation_id": "the input line's id (several records share it with `samples` or "
+    "`regenerate: all_turns`)",
+    "turn": "which generated assistant turn of the conversation, 0-based",
+    "sample": "which sample of the line, 0-based",
+    "sampling": "struct: temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens, "
+    "sampling_seed (null: none sent), as this request was sent",
+    "stop_reason": "why the conversation stopped after this turn "
+    "(`tool_call_diverged: ...`, `truncated: ...`, `turn_rejected: ...`), null if it went on",
+}
+
+
+def config_order(names: list[str], fingerprint: dict[str, Any]) -> list[str]:
+    """``names`` in the config's partition order (the fingerprint's), unknown ones last."""
+    content = fingerprint.get("content") or {}
+    order = list(content.get("generation") or content.get("tiers") or {})
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
+
 
 def card_front_matter(partitions: list[str], fingerprint: dict[str, Any]) -> dict[str, Any]:
-    """The card's YAML header: configs/data_files per partition, the first one the default."""
+    """The card's YAML header: configs/data_files per partition, in the config's order; the
+    default is the config's first partition when it is on disk (else none)."""
+    content = fingerprint.get("content") or {}
+    first = next(iter(content.get("generation") or content.get("tiers") or {}), None)
     configs: list[dict[str, Any]] = []
-    for i, name in enumerate(partitions):
+    for name in config_order(partitions, fingerprint):
         config: dict[str, Any] = {
             "config_name": name,
             "data_files": [{"split": "train", "path": f"{name}/part-*.parquet"}],
         }
-        if i == 0:
+        if name == first:
             config["default"] = True
         configs.append(config)
     model = str(fingerprint.get("content", {}).get("model_path") or "a model")
@@ -44,7 +86,8 @@ def card_front_matter(partitions: list[str], fingerprint: dict[str, Any]) -> dic
     }
 
 
-def _provenance(fingerprint: dict[str, Any]) -> str:
+def _provenance(manifest: dict[str, Any]) -> str:
+    fingerprint = manifest.get("fingerprint", {})
     content = fingerprint.get("content", {})
     run = fingerprint.get("run", {})
     tok = content.get("tokenizer", {})
@@ -61,10 +104,17 @@ def _provenance(fingerprint: dict[str, Any]) -> str:
         ("SGLang", run.get("sglang_version")),
         ("eagle3-datagen", run.get("pipeline_version")),
         ("fingerprint (content sha256)", fingerprint.get("content_sha256")),
-        ("first written", run.get("created_at")),
+        ("first written", manifest.get("first_written") or run.get("created_at")),
+        ("last run started", run.get("created_at")),
     ]
     lines = ["| | |", "|---|---|"]
     lines += [f"| {k} | `{v}` |" for k, v in rows if v not in (None, "")]
+    return "\n".join(lines)
+
+
+def _columns() -> str:
+    lines = ["| column | |", "|---|---|"]
+    lines += [f"| `{name}` | {COLUMNS.get(name, '')} |" for name in RECORD_SCHEMA.names]
     return "\n".join(lines)
 
 
@@ -89,11 +139,15 @@ def card_text(
     output_dir: str | Path, manifest: dict[str, Any], pictures: list[PartitionPicture]
 ) -> str:
     fingerprint = manifest.get("fingerprint", {})
-    names = [p.partition for p in pictures]
+    by_name = {p.partition: p for p in pictures}
+    names = config_order(list(by_name), fingerprint)
+    pictures = [by_name[n] for n in names]
     header = yaml.safe_dump(
         card_front_matter(names, fingerprint), sort_keys=False, allow_unicode=True
     )
-    first = names[0] if names else "PARTITION"
+    configs = card_front_matter(names, fingerprint)["configs"]
+    first = next((c["config_name"] for c in configs if c.get("default")), None)
+    first = first or (names[0] if names else "PARTITION")
     body = [
         f"# {card_front_matter(names, fingerprint)['pretty_name']}",
         "Training data for an EAGLE-3 draft model: prompts rendered with the target model's own "
@@ -112,12 +166,9 @@ def card_text(
         "`eagle3-datagen validate DIR` re-checks every record, `eagle3-datagen export DIR "
         "--format specforge|speculators` writes a trainer's JSONL.",
         "## Columns",
-        "`id`, `partition`, `prompt_ids` (list<int32>), `output_ids` (list<int32>, as the "
-        "server returned them), `finish_reason` (`stop`/`length`), `prompt_tokens`, "
-        "`completion_tokens`, `truncated`, `think_end_index` (position of `</think>` in "
-        "`output_ids`, -1 if none), `cached_tokens`, `e2e_latency`, `source_line`, `rid`.",
+        _columns(),
         "## Provenance",
-        _provenance(fingerprint),
+        _provenance(manifest),
         "## Counts",
         _counts(pictures, manifest),
         "## What the data looks like",

@@ -105,11 +105,15 @@ def update_manifest(
     """
     old = read_manifest(root)
     merged: dict[str, dict[str, Any]] = {}
+    # When the data was first written: kept while later runs add to the same data.
+    first = fingerprint.get("run", {}).get("created_at")
     if old and old.get("fingerprint", {}).get("content_sha256") == fingerprint["content_sha256"]:
         merged.update(old.get("partitions", {}))
+        first = old.get("first_written") or old["fingerprint"].get("run", {}).get("created_at")
     merged.update(partitions)
     failed = any(p.get("status", "completed") != "completed" for p in merged.values())
     manifest = {
+        "first_written": first,
         "fingerprint": fingerprint,
         "status": "running" if running else "failed" if failed else "completed",
         "partitions": dict(sorted(merged.items())),
