@@ -2,7 +2,7 @@
 
 For every profile (``sglang_emulator/physics.py``) one emulator runs with ``--emu-physics``,
 time-scaled (``--emu-time-scale``), and the same workload is sent under each static
-concurrency of the sweep and under the auto controller (``generate/concurrency.py`` over
+concurrency of the sweep and under the auto controller (``sglang/concurrency.py`` over
 ``ServerBudget``, reading the emulator's ``/metrics``, as a run does). Requests go through
 ``generate_with_retries`` and ``SGLangClient`` like the pipeline's; prompts are token ids
 (~1,000 tokens), so nothing but the server's behaviour differs between runs.
@@ -87,11 +87,11 @@ async def one_run(
     url: str, w: Workload, prompts: list[list[int]], policy: int | str, interval_s: float
 ) -> RunResult:
     from eagle3_datagen.config import AutoConcurrency, RetryPolicy
-    from eagle3_datagen.generate.concurrency import ConcurrencyController
-    from eagle3_datagen.generate.requests import generate_with_retries
     from eagle3_datagen.sglang.budget import ServerBudget
     from eagle3_datagen.sglang.client import SGLangClient
+    from eagle3_datagen.sglang.concurrency import ConcurrencyController
     from eagle3_datagen.sglang.load import LoadReader
+    from eagle3_datagen.sglang.requests import generate_with_retries
 
     n = len(prompts)
     budget = ServerBudget()

@@ -133,7 +133,7 @@ def _flow(url: str, prompts: Path, out: Path, batch_size: int) -> dict[str, Any]
 
     from benchmarks.common import run_partition
     from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-    from flows.partition import generate_partition
+    from eagle3_datagen_flows.partition import generate_partition
 
     config, _ = _setup(prompts, out / "lib", batch_size)
     ChatTokenizer(config.model.tokenizer_dir)  # loaded once per process, as in a flow run

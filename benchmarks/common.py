@@ -147,7 +147,7 @@ def render_partition(config: Any, partition: str) -> list[tuple[str, list[int]]]
 def sampling_for(config: Any, tier: str) -> dict[str, Any]:
     """The pipeline's sampling parameters for ``tier`` (same stop ids, same max_new_tokens)."""
     from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-    from eagle3_datagen.validate.tokens import TokenIds
+    from eagle3_datagen.render.token_ids import TokenIds
 
     ids = TokenIds.resolve(ChatTokenizer(config.model.tokenizer_dir), config.special_tokens)
     params: dict[str, Any] = config.sampling.to_sglang(

@@ -4,10 +4,10 @@ capacity, and (g) the flow process's CPU per record in that same run.
 One emulator with ``--emu-physics seed-node`` (``sglang_emulator/physics.py``), time-scaled so a
 run of ~1 simulated hour takes ~2 minutes; ``--emu-output-by-max-new`` gives each tier its own
 lognormal output length (the tiers differ in ``max_tokens``), and prompts are lognormal in
-length too. ``flows.pipeline.datagen`` runs in a child process (the flow process) on Prefect's
-embedded backend (``prefect_test_harness``), attached to the emulator: three partitions, SHORT
-(150 in flight), MEDIUM (64) and LONG (32), side by side as a run does them; then the same with
-every tier on ``concurrency: auto``.
+length too. ``eagle3_datagen_flows.pipeline.datagen`` runs in a child process (the flow
+process) on Prefect's embedded backend (``prefect_test_harness``), attached to the emulator:
+three partitions, SHORT (150 in flight), MEDIUM (64) and LONG (32), side by side as a run does
+them; then the same with every tier on ``concurrency: auto``.
 
 Makespan: from the first batch request the server sees (the one after the pre-flight's smoke
 request) to its last response (sampled from the emulator's counters every 50 ms), in simulated
@@ -112,7 +112,7 @@ def child(url: str, inputs_dir: Path, out: Path, policy: str, scale: float) -> d
     import pyarrow.parquet as pq
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.pipeline import datagen
+    from eagle3_datagen_flows.pipeline import datagen
 
     inputs = [(t, inputs_dir / f"{t.name.lower()}.jsonl") for t in WORKLOAD]
     config = _config(inputs, out, policy)

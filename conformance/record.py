@@ -145,7 +145,11 @@ def _get(path: str, auth: str = "key") -> dict[str, Any]:
 
 def record_main_app(rec: Recorder) -> None:
     with RealAppProcess(rec.work, *MAIN_FLAGS) as app:
-        stop = {"max_new_tokens": 4000, "stop_token_ids": [STOP], "ignore_eos": False}
+        stop: dict[str, Any] = {
+            "max_new_tokens": 4000,
+            "stop_token_ids": [STOP],
+            "ignore_eos": False,
+        }
         rec.http(app, "generate_stop", "a stop token ends the output and stays in output_ids",
                  _gen("rec-stop", [1, 2, 3], **stop))  # fmt: skip
         rec.http(app, "generate_success", "the pipeline's request shape: every sampling key "
@@ -236,7 +240,7 @@ class Regeneration:
     def __init__(self) -> None:
         from eagle3_datagen.config import PipelineConfig
         from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-        from eagle3_datagen.validate.tokens import TokenIds
+        from eagle3_datagen.render.token_ids import TokenIds
 
         self.config = PipelineConfig.model_validate({
             "model": {"path": str(ASSETS / "kimi-k2.5-mini")},

@@ -19,8 +19,8 @@ from prefect import serve
 from prefect.deployments.runner import RunnerDeployment
 from prefect.schedules import Cron
 
-from eagle3_datagen.deploy_params import config_parameters
-from flows.pipeline import datagen
+from eagle3_datagen_flows.deploy_params import config_parameters
+from eagle3_datagen_flows.pipeline import datagen
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO / "configs" / "kimi-k2.5.yaml"

@@ -22,7 +22,12 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 PROJECT = "eagle3-datagen"
-MODULES = ["eagle3_datagen", "sglang_emulator", "flows.pipeline", "tasks.batch"]
+MODULES = [
+    "eagle3_datagen",
+    "sglang_emulator",
+    "eagle3_datagen_flows.pipeline",
+    "eagle3_datagen_tasks.batch",
+]
 
 
 def unmet_requirements(requirer: str) -> list[tuple[Requirement, str, Path]]:

@@ -3,13 +3,15 @@
 ``eagle3-datagen failures [FLOW_RUN]`` reads the failed-batches tables the partition subflows
 write (and, for a partition still running or one that crashed before writing its table, the
 failed batch task runs' own messages). ``eagle3-datagen alarm install --block NAME`` creates
-the throughput automation from ``deployments/automations/throughput-low.yaml`` with a named
+the throughput automation from ``automations/throughput-low.yaml`` (package data of
+``eagle3_datagen_flows``, so it is there after ``pip install .``) with a named
 notification block, so no placeholder id ever reaches the server.
 """
 
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -37,10 +39,12 @@ from prefect.client.schemas.sorting import FlowRunSort
 from prefect.events.schemas.automations import AutomationCore
 
 from eagle3_datagen.errors import ConfigError
-from eagle3_datagen.report.ui import FAILED_BATCHES_PREFIX, failure_reason
+from eagle3_datagen.report.ui import FAILED_BATCHES_PREFIX
+from eagle3_datagen_flows.prefect_text import failure_reason
 
 PARENT_FLOWS = ["eagle3-datagen", "eagle3-datagen-fanout"]
-ALARM_FILE = Path(__file__).resolve().parents[1] / "deployments/automations/throughput-low.yaml"
+# Package data: the file installs with this package, so `alarm install` works from a wheel too.
+ALARM_FILE = Path(str(resources.files("eagle3_datagen_flows") / "automations/throughput-low.yaml"))
 
 
 async def _find_run(client: PrefectClient, ref: str | None) -> FlowRun:

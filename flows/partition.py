@@ -20,12 +20,11 @@ from eagle3_datagen.errors import PartitionFailed
 from eagle3_datagen.generate.batch import PartitionRunner, connect_partition
 from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.generate.plan import plan_partition
-from eagle3_datagen.generate.progress import Progress
 from eagle3_datagen.generate.windowed import run_windowed
 from eagle3_datagen.inputs.prompts import BatchSpec
+from eagle3_datagen.report.progress import Progress
 from eagle3_datagen.report.ui import (
     FAILED_BATCHES_PREFIX,
-    artifact_key,
     failed_batch_row,
     failed_batches_description,
     partition_failure_message,
@@ -34,8 +33,9 @@ from eagle3_datagen.report.ui import (
     progress_percent,
 )
 from eagle3_datagen.write.resume import drop_superseded, superseded_line
-from flows.secrets import api_key_for
-from tasks.batch import generate_batch
+from eagle3_datagen_flows.prefect_text import artifact_key
+from eagle3_datagen_flows.secrets import api_key_for
+from eagle3_datagen_tasks.batch import generate_batch
 
 PROGRESS_EVERY_S = 10.0
 

@@ -57,10 +57,7 @@ from eagle3_datagen.report.ui import (
     RUN_PROGRESS_KEY,
     SUMMARY_KEY,
     THROUGHPUT_KEY,
-    artifact_key,
-    artifact_link,
     failed_partition_entry,
-    failure_reason,
     progress_percent,
     run_failure_message,
     run_name,
@@ -68,7 +65,6 @@ from eagle3_datagen.report.ui import (
     stopped_reason,
     summary_description,
     summary_rows,
-    throughput_event,
     throughput_log_line,
     throughput_markdown,
 )
@@ -77,8 +73,14 @@ from eagle3_datagen.sglang.process import server_state_dir
 from eagle3_datagen.sglang.session import open_server
 from eagle3_datagen.write.guard import guard_output
 from eagle3_datagen.write.manifest import update_manifest
-from flows.partition import PROGRESS_EVERY_S, generate_partition
-from flows.secrets import api_key_for
+from eagle3_datagen_flows.partition import PROGRESS_EVERY_S, generate_partition
+from eagle3_datagen_flows.prefect_text import (
+    artifact_key,
+    artifact_link,
+    failure_reason,
+    throughput_event,
+)
+from eagle3_datagen_flows.secrets import api_key_for
 
 
 def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]) -> None:

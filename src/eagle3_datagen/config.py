@@ -417,7 +417,7 @@ class Tier(_Model):
     @property
     def in_flight_cap(self) -> int:
         """The partition's own bound on requests in flight: its concurrency, or for 'auto' a
-        ceiling the server-wide controller (generate/concurrency.py) stays below."""
+        ceiling the server-wide controller (sglang/concurrency.py) stays below."""
         return AUTO_PARTITION_CAP if self.concurrency == "auto" else self.concurrency
 
 

@@ -26,7 +26,7 @@ from eagle3_datagen.generate.plan import load_tokenizer
 from eagle3_datagen.inputs.prompts import is_parquet
 from eagle3_datagen.provenance import build_fingerprint, diff_content
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.validate.tokens import TokenIds
+from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.write.manifest import read_manifest
 from eagle3_datagen.write.shards import PartitionOutput
 

@@ -69,7 +69,7 @@ def test_fan_out_runs_each_partition_once_across_two_workers(
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(config))
     run = subprocess.run(
-        [sys.executable, "-m", "eagle3_datagen.cli", "run", str(cfg), "--fan-out"],
+        [sys.executable, "-m", "eagle3_datagen_flows.cli", "run", str(cfg), "--fan-out"],
         cwd=REPO, env=srv.env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
@@ -118,7 +118,7 @@ import asyncio, sys
 from prefect.client.orchestration import get_client
 from prefect.flow_engine import run_flow
 from prefect.states import Scheduled
-from flows.fanout import datagen_fanout
+from eagle3_datagen_flows.fanout import datagen_fanout
 
 async def main(run_id):
     async with get_client() as client:

@@ -45,7 +45,7 @@ def runs(
     notification_block(srv, hook.url)
     # The shipped file has no block id, so Prefect refuses it as it is ...
     refused = srv.cli("automation", "create", "--from-file",
-                      "deployments/automations/throughput-low.yaml", check=False)  # fmt: skip
+                      "flows/automations/throughput-low.yaml", check=False)  # fmt: skip
     assert "block_document_id" in refused, refused
     assert not srv.post("/automations/filter")
     # ... and `eagle3-datagen alarm install` creates it with the named block, as README says.
@@ -82,7 +82,7 @@ def runs(
 
 def datagen_cli(srv: PrefectServer, *args: str) -> str:
     """``eagle3-datagen ARGS`` against the test's Prefect server."""
-    proc = subprocess.run([sys.executable, "-m", "eagle3_datagen.cli", *args], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "eagle3_datagen_flows.cli", *args], cwd=REPO,
                           env=srv.env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
@@ -242,7 +242,7 @@ def test_low_throughput_raises_one_alarm_per_dip(prefect_server: PrefectServer, 
 
     [alarm] = artifacts(srv, [runs.demo], "throughput-alarm")
     assert alarm["type"] == "markdown" and "below expected" in alarm["data"]
-    # The automation from deployments/automations turned the event into a notification.
+    # The automation from flows/automations turned the event into a notification.
     run_name = srv.get(f"/flow_runs/{runs.demo}")["name"]
     deadline = time.monotonic() + 60
     while not runs.hook.received and time.monotonic() < deadline:

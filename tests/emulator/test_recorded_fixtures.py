@@ -25,8 +25,8 @@ import pytest
 from eagle3_datagen.config import SpecialTokens
 from eagle3_datagen.generate.conversation import assistant_message
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.sglang.client import _error_message
-from eagle3_datagen.validate.tokens import TokenIds
 from tests.support import REPO, TOKENIZER_DIR, health_codes
 from tests.support.emulator import EmulatorFactory, EmulatorProcess
 

@@ -7,11 +7,11 @@ import asyncio
 from collections.abc import Callable
 
 from eagle3_datagen.config import AutoConcurrency, RetryPolicy
-from eagle3_datagen.generate.concurrency import ConcurrencyController
-from eagle3_datagen.generate.requests import generate_with_retries
 from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import SGLangClient
+from eagle3_datagen.sglang.concurrency import ConcurrencyController
 from eagle3_datagen.sglang.load import LoadReader, LoadSample
+from eagle3_datagen.sglang.requests import generate_with_retries
 from tests.support.emulator import EmulatorProcess
 
 

@@ -23,8 +23,8 @@ import pytest
 
 from eagle3_datagen.config import RetryPolicy
 from eagle3_datagen.errors import RejectedRequestError, RetryableRequestError
-from eagle3_datagen.generate.requests import generate_with_retries
 from eagle3_datagen.sglang.client import SGLangClient, request_id
+from eagle3_datagen.sglang.requests import generate_with_retries
 from tests.support import free_port, wait_until
 from tests.support.emulator import EmulatorProcess
 

@@ -19,8 +19,8 @@ from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.generate.batch import PartitionRunner
 from eagle3_datagen.inputs.prompts import plan_batches
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.sglang.client import SGLangClient
-from eagle3_datagen.validate.tokens import TokenIds
 from eagle3_datagen.write.shards import PartitionOutput
 from tests.support import TOKENIZER_DIR, free_port
 
@@ -85,7 +85,7 @@ class CliRun:
         from prefect.settings import PREFECT_API_URL
 
         env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-        cmd = [sys.executable, "-m", "eagle3_datagen.cli", "run", str(config), *args]
+        cmd = [sys.executable, "-m", "eagle3_datagen_flows.cli", "run", str(config), *args]
         self.log = log
         with log.open("ab") as out:
             self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -11,10 +11,10 @@ from typing import Any
 import orjson
 import pytest
 
-from eagle3_datagen.cli import main
 from eagle3_datagen.errors import DatasetError
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.validate.dataset import AuditReport, validate_dataset
+from eagle3_datagen_flows.cli import main
 from tests.support.dataset import (
     TOKENIZER_DIR,
     Batch,

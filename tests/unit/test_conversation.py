@@ -18,7 +18,7 @@ from eagle3_datagen.generate.conversation import (
 )
 from eagle3_datagen.inputs.prompts import Prompt, parse_prompt
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.validate.tokens import TokenIds
+from eagle3_datagen.render.token_ids import TokenIds
 from tests.support import TOKENIZER_DIR
 
 CALL = ('<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0'

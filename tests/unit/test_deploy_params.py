@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from eagle3_datagen.config import PipelineConfig, load_config
-from eagle3_datagen.deploy_params import config_parameters, main
 from eagle3_datagen.errors import ConfigError
+from eagle3_datagen_flows.deploy_params import config_parameters, main
 
 REPO = Path(__file__).resolve().parents[2]
 KIMI = str(REPO / "configs" / "kimi-k2.5.yaml")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from eagle3_datagen.generate.progress import Progress
+from eagle3_datagen.report.progress import Progress
 
 
 def test_a_retried_batch_counts_its_lines_once() -> None:

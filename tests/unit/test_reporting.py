@@ -5,13 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from eagle3_datagen.errors import BatchFailed, BatchTaskFailed, InputFileError
-from eagle3_datagen.generate.progress import Progress
+from eagle3_datagen.report.progress import Progress
 from eagle3_datagen.report.throughput import RunMeter, ThroughputChange
 from eagle3_datagen.report.ui import (
-    artifact_key,
     batch_failure_message,
     failed_batch_row,
-    failure_reason,
     format_duration,
     progress_percent,
     run_failure_message,
@@ -21,6 +19,7 @@ from eagle3_datagen.report.ui import (
     summary_row,
     throughput_markdown,
 )
+from eagle3_datagen_flows.prefect_text import artifact_key, failure_reason
 
 
 def test_a_failed_batch_names_partition_batch_and_cause() -> None:

@@ -15,7 +15,7 @@ from eagle3_datagen.errors import (
     RetriesExhaustedError,
     ServerLost,
 )
-from tasks.batch import generate_batch, retry_if_it_can_help
+from eagle3_datagen_tasks.batch import generate_batch, retry_if_it_can_help
 
 
 def _as_task_raises(cause: BaseException) -> BaseException:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3_datagen.config import ThroughputAlarm
-from eagle3_datagen.generate.progress import Progress
+from eagle3_datagen.report.progress import Progress
 from eagle3_datagen.report.throughput import (
     RateWindow,
     RunMeter,

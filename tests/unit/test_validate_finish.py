@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from eagle3_datagen.config import SpecialTokens, ValidationPolicy
-from eagle3_datagen.validate.tokens import TokenIds, Verdict, validate_output
+from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.validate.tokens import Verdict, validate_output
 
 if TYPE_CHECKING:
     from eagle3_datagen.render.chat_tokenizer import ChatTokenizer

@@ -37,16 +37,17 @@ from eagle3_datagen.generate.conversation import (
     tool_call_divergence,
 )
 from eagle3_datagen.generate.plan import PartitionPlan
-from eagle3_datagen.generate.progress import Progress
-from eagle3_datagen.generate.requests import GenerateClient, generate_with_retries
 from eagle3_datagen.inputs.prompts import BatchSpec, InputReject, Prompt, parse_prompt, read_batch
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
+from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.report.progress import Progress
 from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import GenerateResult, SGLangClient, request_id
 from eagle3_datagen.sglang.pool import ServerPool, connect
 from eagle3_datagen.sglang.preflight import length_rejection
+from eagle3_datagen.sglang.requests import GenerateClient, generate_with_retries
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
-from eagle3_datagen.validate.tokens import TokenIds, validate_output
+from eagle3_datagen.validate.tokens import validate_output
 from eagle3_datagen.write.journal import BatchJournal, prompt_key
 from eagle3_datagen.write.records import Record, Reject
 from eagle3_datagen.write.resume import Prior, ReusePool

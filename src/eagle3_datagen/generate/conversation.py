@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from eagle3_datagen.inputs.prompts import Prompt
-from eagle3_datagen.validate.tokens import TokenIds
+from eagle3_datagen.render.token_ids import TokenIds
 
 Message = dict[str, Any]
 

@@ -11,7 +11,7 @@ from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.inputs.scan import InputInfo, scan_input
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.validate.tokens import TokenIds
+from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.write.resume import ReusePool, prepare_partition
 from eagle3_datagen.write.shards import PartitionOutput
 

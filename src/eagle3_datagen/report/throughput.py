@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eagle3_datagen.config import ThroughputAlarm
-from eagle3_datagen.generate.progress import Progress
+from eagle3_datagen.report.progress import Progress
 
 # A dip ends only above threshold x this, so a rate hovering at the line does not flap.
 RECOVERY_MARGIN = 1.1

@@ -1,30 +1,26 @@
-"""What the Prefect UI shows about a run, as plain data: summary rows, alarm text and event,
-failure messages.
+"""What a run shows about itself, as plain text and rows: summary rows, alarm text, failure
+messages.
 
-The flows hand these to Prefect's artifact, event and state APIs; keeping the wording here
-makes it testable without a Prefect server and keeps the flows thin.
+The flows hand these to the orchestrator's artifact, event and state APIs; keeping the wording
+here makes it testable without a server and keeps the flows thin. What follows the
+orchestrator's own formats (its state messages, event resources, artifact keys and links) is
+``eagle3_datagen_flows.prefect_text``.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from eagle3_datagen.generate.progress import Progress
+from eagle3_datagen.report.progress import Progress
 from eagle3_datagen.report.throughput import RunMeter, ThroughputChange
 from eagle3_datagen.write.manifest import summarize_on_disk
 
 SUMMARY_KEY = "datagen-summary"
 THROUGHPUT_KEY = "throughput-alarm"
 THROUGHPUT_EVENT_PREFIX = "eagle3-datagen.throughput"
-
-
-def artifact_key(prefix: str, name: str) -> str:
-    """An artifact key (Prefect allows only ``[a-z0-9-]``) made from a partition name."""
-    return prefix + "-" + "".join(c if c.isalnum() else "-" for c in name.lower())
 
 
 def format_duration(seconds: float | None) -> str:
@@ -47,7 +43,7 @@ def progress_percent(done: int, total: int) -> float:
 def batch_failure_message(label: str, partition: str, err: BaseException) -> str:
     """``generate[part/0002]: <cause>``: what a failed batch task's state says in the UI.
 
-    Our errors' messages say what happened; others (KeyError, httpx...) need their type. The
+    Our errors' messages say what happened; others (KeyError, aiohttp's...) need their type. The
     runner's messages start with ``partition P, ``, which the label already says.
     """
     cause = str(err).strip()
@@ -179,56 +175,11 @@ def throughput_markdown(change: ThroughputChange, run_name: str) -> str:
     )
 
 
-def throughput_event(
-    change: ThroughputChange,
-    *,
-    flow_run_id: str,
-    flow_run_name: str,
-    flow_id: str,
-    deployment_id: str | None,
-) -> dict[str, Any]:
-    """The Prefect event of an alarm transition, as ``emit_event``'s keyword arguments.
-
-    The resource is the flow run, related to its flow and deployment, so an automation can
-    match on any of them; the payload is the numbers (automations can template them).
-    """
-    related = [{"prefect.resource.id": f"prefect.flow.{flow_id}", "prefect.resource.role": "flow"}]
-    if deployment_id:
-        related.append({"prefect.resource.id": f"prefect.deployment.{deployment_id}",
-                        "prefect.resource.role": "deployment"})  # fmt: skip
-    return {
-        "event": f"{THROUGHPUT_EVENT_PREFIX}.{change.kind}",
-        "resource": {
-            "prefect.resource.id": f"prefect.flow-run.{flow_run_id}",
-            "prefect.resource.name": flow_run_name,
-            "prefect.resource.role": "flow-run",
-        },
-        "related": related,
-        "payload": change.payload(),
-    }
-
-
 def throughput_log_line(change: ThroughputChange) -> str:
     """The alarm transition as the run's log says it."""
     if change.kind == "low":
         return f"throughput alarm: {change.summary()}"
     return f"throughput alarm cleared: {change.summary()}"
-
-
-_ERROR_CLASS = re.compile(r"^[A-Z][A-Za-z]*(?:Failed|Error|Lost): ")
-_STATE_PREFIXES = (
-    "Flow run encountered an exception: ",
-    "Task run encountered an exception ",
-)
-
-
-def failure_reason(message: str | None, fallback: str) -> str:
-    """A failed state's message without Prefect's preamble, for the parent's own message."""
-    text = (message or "").strip()
-    for prefix in _STATE_PREFIXES:
-        text = text.removeprefix(prefix)
-    text = _ERROR_CLASS.sub("", text, count=1)  # "RunFailed: ", "ServerLost: ", ...
-    return " ".join(text.split()) or fallback
 
 
 def run_failure_message(failed: dict[str, str], total: int) -> str:
@@ -320,11 +271,6 @@ def run_progress_markdown(meter: RunMeter, states: dict[str, str]) -> str:
 FAILED_BATCHES_PREFIX = "failed-batches"
 DATA_PREFIX = "data"
 PROGRESS_PREFIX = "progress"
-
-
-def artifact_link(ui_url: str | None, artifact_id: str) -> str:
-    """The artifact's page in the Prefect UI (relative to the UI when its URL is unknown)."""
-    return f"{(ui_url or '').rstrip('/')}/artifacts/artifact/{artifact_id}"
 
 
 def run_name(source: str | None, config: Any, partitions: list[str] | None, when: datetime) -> str:

@@ -9,7 +9,7 @@ get equal places whatever their batch sizes; within a share the queue is FIFO, s
 at the head is never starved by a stream of small ones.
 
 The request limit can move while the run goes: ``concurrency: auto`` has a controller
-(``generate/concurrency.py``) that sets it from the server's load.
+(``sglang/concurrency.py``) that sets it from the server's load.
 """
 
 from __future__ import annotations

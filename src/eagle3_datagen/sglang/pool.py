@@ -26,7 +26,6 @@ class _Member:
     in_flight: int = 0
     failures: int = 0
     down_until: float = 0.0
-    sent: int = 0
 
 
 class ServerPool(ClosedOnExit):
@@ -57,9 +56,6 @@ class ServerPool(ClosedOnExit):
     def base_url(self) -> str:
         return ",".join(m.client.base_url for m in self.members)
 
-    def sent_per_server(self) -> dict[str, int]:
-        return {m.client.base_url: m.sent for m in self.members}
-
     def _pick(self) -> _Member:
         now = time.monotonic()
         live = [m for m in self.members if m.down_until <= now]
@@ -76,7 +72,6 @@ class ServerPool(ClosedOnExit):
     ) -> GenerateResult:
         member = self._pick()
         member.in_flight += 1
-        member.sent += 1
         try:
             result = await member.client.generate(input_ids, sampling_params, rid)
         except RetryableRequestError as err:

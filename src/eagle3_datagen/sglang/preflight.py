@@ -31,10 +31,10 @@ from typing import Any
 
 from eagle3_datagen.config import ModelSpec, RetryPolicy, Sampling, ServerSpec
 from eagle3_datagen.errors import PreflightError, RejectedRequestError, RequestError
-from eagle3_datagen.generate.requests import generate_with_retries
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.health import LogSink
 from eagle3_datagen.sglang.redact import is_secret_name, redact_text
+from eagle3_datagen.sglang.requests import generate_with_retries
 
 _default_log = logging.getLogger(__name__)
 

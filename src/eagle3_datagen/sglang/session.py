@@ -14,9 +14,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen.generate.concurrency import ConcurrencyController
 from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import SGLangClient
+from eagle3_datagen.sglang.concurrency import ConcurrencyController
 from eagle3_datagen.sglang.health import ATTACH_REFUSED_S, LogSink, wait_until_healthy
 from eagle3_datagen.sglang.launch_command import resolve_api_key
 from eagle3_datagen.sglang.load import LoadReader

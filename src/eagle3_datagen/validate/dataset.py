@@ -16,7 +16,8 @@ from typing import Any
 
 from eagle3_datagen.config import ValidationPolicy
 from eagle3_datagen.errors import DatasetError
-from eagle3_datagen.validate.tokens import TokenIds, Verdict, validate_output
+from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.validate.tokens import Verdict, validate_output
 from eagle3_datagen.write.dataset_dir import DatasetDir, Shard, iter_rows
 from eagle3_datagen.write.manifest import summarize
 from eagle3_datagen.write.shards import BatchSummary

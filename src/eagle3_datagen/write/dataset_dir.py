@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from eagle3_datagen.config import SpecialTokens, ValidationPolicy, format_validation_error
 from eagle3_datagen.errors import DatasetError, TokenizerError
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.validate.tokens import TokenIds
+from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.write.manifest import MANIFEST
 from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
 

@@ -164,14 +164,6 @@ def record_input(output: PartitionOutput, info: InputInfo) -> None:
     atomic_write_bytes(output.input_path, orjson.dumps(info.to_json(), option=orjson.OPT_INDENT_2))
 
 
-def read_input(output: PartitionOutput) -> dict[str, object] | None:
-    try:
-        data = orjson.loads(output.input_path.read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def prepare_partition(
     output: PartitionOutput, batches: list[BatchSpec], info: InputInfo
 ) -> tuple[ReusePool, list[int]]:

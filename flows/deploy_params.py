@@ -5,7 +5,7 @@
 parameters are exactly what ``load_config`` accepts (relative paths made absolute) and a broken
 config fails the deploy, not the 2 a.m. run. As a command it prints a run's parameters::
 
-    python -m eagle3_datagen.deploy_params my.yaml --partition B1_glaive \\
+    python -m eagle3_datagen_flows.deploy_params my.yaml --partition B1_glaive \\
         | prefect deployment run 'eagle3-datagen/kimi-k2.5' --params -
 """
 
@@ -30,7 +30,7 @@ def config_parameters(path: str, **overrides: Any) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m eagle3_datagen.deploy_params",
+        prog="python -m eagle3_datagen_flows.deploy_params",
         description="Print a config's flow parameters as JSON for "
         "`prefect deployment run NAME --params -`.",
     )
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         params = config_parameters(args.config, **extra)
     except ConfigError as err:
-        print(f"eagle3_datagen.deploy_params: {err}", file=sys.stderr)
+        print(f"eagle3_datagen_flows.deploy_params: {err}", file=sys.stderr)
         return 2
     print(json.dumps(params))
     return 0

@@ -1,7 +1,8 @@
 """The ``eagle3-datagen`` command: run, demo, emulator, validate, export, failures, alarm.
 
-Prefect is imported only by the commands that run flows, so ``eagle3-datagen emulator`` starts
-fast and the library stays importable without it.
+The top layer: it starts the flows (and sets the Prefect settings a local run needs), so the
+library below never imports Prefect. Prefect is imported only by the commands that use it, so
+``eagle3-datagen emulator`` starts fast.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def run_pipeline(
 
     async def _run() -> Any:  # the flow's final Prefect State (flows/ is where Prefect is)
         if fan_out:
-            from flows.fanout import datagen_fanout
+            from eagle3_datagen_flows.fanout import datagen_fanout
 
             return await datagen_fanout(
                 config=config,
@@ -55,7 +56,7 @@ def run_pipeline(
                 overwrite=overwrite,
                 return_state=True,
             )
-        from flows.pipeline import datagen
+        from eagle3_datagen_flows.pipeline import datagen
 
         return await datagen(
             config=config,
@@ -155,7 +156,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_failures(args: argparse.Namespace) -> int:
     """A run's failed batches from the Prefect API (PREFECT_API_URL)."""
-    from flows.ops import failed_batches, failures_text
+    from eagle3_datagen_flows.ops import failed_batches, failures_text
 
     run, rows = asyncio.run(failed_batches(args.flow_run))
     print(failures_text(run, rows))
@@ -164,7 +165,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
 
 def cmd_alarm_install(args: argparse.Namespace) -> int:
     """The throughput automation with a named notification block (PREFECT_API_URL)."""
-    from flows.ops import ALARM_FILE, install_alarm
+    from eagle3_datagen_flows.ops import ALARM_FILE, install_alarm
 
     print(asyncio.run(install_alarm(args.block, Path(args.file) if args.file else ALARM_FILE)))
     return 0
@@ -258,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     alarm_sub = alarm.add_subparsers(dest="alarm_command", required=True)
     install = alarm_sub.add_parser(
         "install",
-        help="create or update the automation from deployments/automations/throughput-low.yaml",
+        help="create or update the automation from flows/automations/throughput-low.yaml",
     )
     install.add_argument(
         "--block", required=True, metavar="NAME",

@@ -1,0 +1,142 @@
+"""The layout README's "Layout" section promises, checked on the source: stages that import only
+earlier stages (no cycles), a library that knows nothing of the orchestrator, and installable
+names that cannot collide with another distribution's."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import tomllib
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LIBRARY = ROOT / "src" / "eagle3_datagen"
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    """Every absolute import of a file (lazy ones inside functions too), with its line."""
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            found.extend((alias.name, node.lineno) for alias in node.names)
+    return found
+
+
+def _library_files() -> list[Path]:
+    return [p for p in LIBRARY.rglob("*.py") if "assets" not in p.relative_to(LIBRARY).parts]
+
+
+def _unit(path: Path) -> str:
+    """The stage a file belongs to: its subpackage, or the top-level module's name."""
+    rel = path.relative_to(LIBRARY)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _stage_graph() -> dict[str, dict[str, str]]:
+    """stage -> {imported stage: "file:line" of the first such import}."""
+    graph: dict[str, dict[str, str]] = defaultdict(dict)
+    for path in sorted(_library_files()):
+        me = _unit(path)
+        for module, line in _imports(path):
+            parts = module.split(".")
+            if parts[0] != "eagle3_datagen" or len(parts) < 2 or parts[1] == me:
+                continue
+            graph[me].setdefault(parts[1], f"{path.relative_to(ROOT)}:{line}")
+    return graph
+
+
+def find_cycle(graph: dict[str, dict[str, str]]) -> list[str] | None:
+    """One cycle of the graph as [a, b, ..., a], or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, {})):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_find_cycle_finds_one_and_only_one():
+    assert find_cycle({"a": {"b": ""}, "b": {"c": ""}, "c": {"a": ""}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b": ""}, "b": {"c": ""}, "d": {"a": ""}}) is None
+
+
+def test_library_stages_have_no_import_cycle():
+    graph = _stage_graph()
+    assert {"generate", "sglang", "write", "validate", "report"} <= set(graph)  # it saw the tree
+    cycle = find_cycle(graph)
+    where = [graph[a][b] for a, b in itertools.pairwise(cycle)] if cycle else []
+    assert cycle is None, f"import cycle {' -> '.join(cycle or [])}: " + ", ".join(where)
+
+
+def test_readme_layout_lists_the_stages_in_import_order():
+    """Each stage in README's Layout imports only stages listed above it."""
+    text = (ROOT / "README.md").read_text()
+    layout = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    graph = _stage_graph()
+    units = {_unit(p) for p in _library_files()} - {"__init__"}
+    order: list[str] = []
+    for line in layout.splitlines():  # entries of src/eagle3_datagen/ are indented by two
+        if line.startswith("  ") and not line.startswith("   "):
+            for entry in line.split("  ")[1].split(","):
+                name = entry.strip().removesuffix("/").removesuffix(".py")
+                if name in units and name not in order:
+                    order.append(name)
+    assert order and set(order) == units, f"README's Layout lists {order}, the tree has {units}"
+    assert {"inputs", "render", "sglang", "generate", "validate", "write", "report"} <= set(order)
+    for i, stage in enumerate(order):
+        later = [s for s in graph.get(stage, {}) if s in order[i + 1 :]]
+        assert not later, f"README lists {stage} before {later}, which it imports"
+
+
+@pytest.mark.parametrize("package", ["eagle3_datagen", "sglang_emulator"])
+def test_nothing_under_src_imports_prefect(package):
+    for path in (ROOT / "src" / package).rglob("*.py"):
+        for module, line in _imports(path):
+            assert module.split(".")[0] != "prefect", f"{path.relative_to(ROOT)}:{line}"
+            assert not module.startswith(("eagle3_datagen_flows", "eagle3_datagen_tasks")), (
+                f"{path.relative_to(ROOT)}:{line} imports the orchestration layer"
+            )
+
+
+def test_the_library_knows_no_prefect_wording():
+    """Prefect's state preambles and resource ids are parsed and built in flows/, not here."""
+    for path in _library_files():
+        text = path.read_text()
+        for wording in ("encountered an exception", "prefect.resource", "prefect.flow-run"):
+            assert wording not in text, f"{path.relative_to(ROOT)} knows Prefect's {wording!r}"
+
+
+def test_installed_names_are_the_projects_own():
+    """Every top-level name the wheel installs starts with the project's name (or is the
+    emulator's), and the checkout's flows/ and tasks/ are the packages that install."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    names = {Path(p).name for p in packages}
+    assert names == {
+        "eagle3_datagen",
+        "sglang_emulator",
+        "eagle3_datagen_flows",
+        "eagle3_datagen_tasks",
+    }
+    assert (ROOT / "src/eagle3_datagen_flows").resolve() == ROOT / "flows"
+    assert (ROOT / "src/eagle3_datagen_tasks").resolve() == ROOT / "tasks"
+    script = pyproject["project"]["scripts"]["eagle3-datagen"]
+    assert script.split(":")[0].split(".")[0] == "eagle3_datagen_flows"
