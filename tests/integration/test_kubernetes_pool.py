@@ -30,9 +30,9 @@ from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.deployments.flow_runs import arun_deployment
 from prefect_kubernetes.worker import KubernetesWorker, KubernetesWorkerJobConfiguration
 
-from eagle3_datagen.deploy_params import config_parameters
-from flows.fanout import datagen_fanout
-from flows.pipeline import datagen
+from eagle3_datagen_flows.deploy_params import config_parameters
+from eagle3_datagen_flows.fanout import datagen_fanout
+from eagle3_datagen_flows.pipeline import datagen
 from tests.support import REPO
 
 pytestmark = pytest.mark.usefixtures("prefect_backend")
