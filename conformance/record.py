@@ -297,9 +297,9 @@ def record_regeneration(rec: Recorder, app: RealAppProcess) -> None:
     then a user follow-up), and the first turn of all three samples (temperatures 0.0, 0.6, 1.0,
     one sampling_seed each)."""
     from eagle3_datagen.generate.conversation import (
-        assistant_message,
         continue_history,
         plan_turns,
+        served_turn,
         tool_call_divergence,
     )
 
@@ -326,7 +326,9 @@ def record_regeneration(rec: Recorder, app: RealAppProcess) -> None:
             break
         answer = json.loads((rec.out / f"{names[pos]}.json").read_text())["response"]
         output_ids = answer["body"]["output_ids"]
-        message, calls = assistant_message(output_ids, regen.ids, regen.tokenizer.decode)
+        finish = answer["body"]["meta_info"]["finish_reason"]["type"]
+        message, calls = served_turn(regen.tokenizer, history, prompt.tools, ids, output_ids,
+                                     finish)  # fmt: skip
         diverged = tool_call_divergence(slot.data, calls)
         assert diverged is None, f"{names[pos]}: the conversation would stop: {diverged}"
         history = continue_history(history, message, calls or [], slot, slots[pos + 1],

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from eagle3_datagen.config import SpecialTokens
-from eagle3_datagen.generate.conversation import assistant_message
+from eagle3_datagen.generate.chat_response import SECTION_BEGIN, parse_tool_calls
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.sglang.client import _error_message
@@ -153,7 +153,8 @@ def tool_calls(body: Any, kimi: tuple[ChatTokenizer, TokenIds]) -> list[tuple[st
     assert ids.tools is not None
     if not isinstance(body, dict) or ids.tools.section_begin not in body.get("output_ids", []):
         return None
-    _, calls = assistant_message(body["output_ids"], ids, tok.decode)
+    text = tok.decode(body["output_ids"])
+    _, calls = parse_tool_calls(text[text.find(SECTION_BEGIN) :], [{"function": {}}], 0)
     return [(c.name, c.arguments) for c in calls or []]
 
 

@@ -9,17 +9,18 @@ import pytest
 
 from eagle3_datagen.config import ConfigError, SpecialTokens, parse_config
 from eagle3_datagen.generate.conversation import (
-    assistant_message,
     continue_history,
     first_turn,
     plan_turns,
     record_id,
+    served_turn,
     tool_call_divergence,
 )
 from eagle3_datagen.inputs.prompts import Prompt, parse_prompt
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
 from tests.support import TOKENIZER_DIR
+from tests.support.prompts import WEATHER_TOOL
 
 CALL = ('<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0'
         '<|tool_call_argument_begin|>{"city": "Paris", "unit": "C"}<|tool_call_end|>'
@@ -84,46 +85,75 @@ def test_record_ids() -> None:
     assert record_id("a", 1, 3, turns=True, samples=4) == "a#s3#t1"
 
 
-def test_output_ids_become_the_message_a_serving_stack_returns(
-    tok: ChatTokenizer, ids: TokenIds
-) -> None:
-    out = _out(tok, f"I should check.</think> Let me look. {CALL}<|im_end|>")
-    message, calls = assistant_message(out, ids, tok.decode)
+def _served(tok: ChatTokenizer, text: str, history: list[dict[str, Any]] | None = None) -> Any:
+    """The message SGLang's chat path returns for ``text`` as output ids of a request with the
+    weather tool declared and ``history`` (the first user message by default)."""
+    history = history or _conversation()[:2]
+    [prompt_ids] = tok.render([Prompt("x", 1, history, [WEATHER_TOOL])])
+    assert isinstance(prompt_ids, list)
+    return served_turn(tok, history, [WEATHER_TOOL], prompt_ids, _out(tok, text), "stop")
+
+
+def test_output_ids_become_the_message_sglang_returns(tok: ChatTokenizer) -> None:
+    message, calls = _served(tok, f"I should check.</think> Let me look. {CALL}<|im_end|>")
     assert message == {
         "role": "assistant",
         "reasoning_content": "I should check.",
         "content": " Let me look. ",  # not stripped
-        "tool_calls": [{"id": "functions.get_weather:0", "type": "function", "function": {
-            "name": "get_weather", "arguments": '{"city": "Paris", "unit": "C"}'}}],
+        "tool_calls": [{"id": "functions.get_weather:0", "index": 0, "type": "function",
+                        "function": {"name": "get_weather",
+                                     "arguments": '{"city": "Paris", "unit": "C"}'}}],
     }  # fmt: skip
     assert calls is not None and [c.name for c in calls] == ["get_weather"]
-    plain, none = assistant_message(_out(tok, "hm</think>Done.<|im_end|>"), ids, tok.decode)
+    plain, none = _served(tok, "hm</think>Done.<|im_end|>")
     assert plain == {"role": "assistant", "reasoning_content": "hm", "content": "Done."}
-    assert none == []
-    broken = _out(tok, "x</think><|tool_calls_section_begin|><|tool_call_begin|>get weather"
-                       "<|tool_call_argument_begin|>{}<|tool_call_end|>"
-                       "<|tool_calls_section_end|><|im_end|>")  # fmt: skip
-    assert assistant_message(broken, ids, tok.decode)[1] is None
+    assert none is None
 
 
-def test_tool_calls_diverge_on_names_arguments_or_number(tok: ChatTokenizer, ids: TokenIds) -> None:
+def test_served_ids_count_the_calls_of_the_history_not_the_models_counter(
+    tok: ChatTokenizer,
+) -> None:
+    history = _conversation()[:6]  # one call in the history
+    _, calls = _served(tok, f"r</think>{CALL.replace(':0', ':7')}<|im_end|>", history)
+    assert calls is not None and [c.id for c in calls] == ["functions.get_weather:1"]
+
+
+def test_a_tool_section_ends_the_reasoning_without_think_end(tok: ChatTokenizer) -> None:
+    message, calls = _served(tok, f"I will call it.{CALL}<|im_end|>")
+    assert message["reasoning_content"] == "I will call it."
+    assert message["content"] == ""
+    assert calls is not None and calls[0].name == "get_weather"
+
+
+def test_dashed_names_and_bare_counters_are_calls(tok: ChatTokenizer) -> None:
+    dashed = CALL.replace("functions.get_weather:0", "functions.get-weather:0")
+    _, calls = _served(tok, f"r</think>{dashed}<|im_end|>")
+    assert calls is not None and calls[0].name == "get-weather"
+    bare = CALL.replace("functions.get_weather:0", "3")
+    _, calls = _served(tok, f"r</think>{bare}<|im_end|>")  # the only tool declared
+    assert calls is not None and (calls[0].name, calls[0].id) == (
+        "get_weather",
+        "functions.get_weather:0",
+    )
+
+
+def test_tool_calls_diverge_on_names_arguments_or_number(tok: ChatTokenizer) -> None:
     data = _conversation()[2]
-    _, same = assistant_message(_out(tok, f"r</think>{CALL}<|im_end|>"), ids, tok.decode)
+    _, same = _served(tok, f"r</think>{CALL}<|im_end|>")
     assert tool_call_divergence(data, same) is None  # arguments equal as JSON values
     other = CALL.replace("Paris", "Rome")
-    _, rome = assistant_message(_out(tok, f"r</think>{other}<|im_end|>"), ids, tok.decode)
+    _, rome = _served(tok, f"r</think>{other}<|im_end|>")
     reason = tool_call_divergence(data, rome)
     assert reason is not None and '"city":"Rome"' in reason and '"city":"Paris"' in reason
-    _, none = assistant_message(_out(tok, "r</think>It is 18.<|im_end|>"), ids, tok.decode)
+    _, none = _served(tok, "r</think>It is 18.<|im_end|>")
     assert tool_call_divergence(data, none) is not None
     assert tool_call_divergence({"role": "assistant", "content": "ok"}, none) is None
-    assert tool_call_divergence(data, None) is not None  # unparsable section
 
 
-def test_history_answers_the_models_call(tok: ChatTokenizer, ids: TokenIds) -> None:
+def test_history_answers_the_models_call(tok: ChatTokenizer) -> None:
     messages = _conversation()
     slots = plan_turns(_prompt(messages), "all_turns")
-    model, calls = assistant_message(_out(tok, f"r</think>{CALL}<|im_end|>"), ids, tok.decode)
+    model, calls = _served(tok, f"r</think>{CALL}<|im_end|>")
     assert calls is not None
     history = continue_history(messages[:2], model, calls, slots[0], slots[1], messages)
     assert history[2] is model

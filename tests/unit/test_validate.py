@@ -7,7 +7,7 @@ import pytest
 from eagle3_datagen.config import SpecialTokens, ValidationPolicy
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
-from eagle3_datagen.validate.tokens import Verdict, validate_output
+from eagle3_datagen.validate.tokens import ToolCallCheck, Verdict, validate_output
 
 KEEP = ValidationPolicy()
 
@@ -204,3 +204,49 @@ def test_truncated_inside_a_tool_call_is_allowed_when_keeping(
     out = [10, t["</think>"], t["<|tool_calls_section_begin|>"], t["<|tool_call_begin|>"], 20]
     v = run(ids, thinking_prompt(t), out, finish="length")
     assert v.accepted and v.truncated
+
+
+def test_a_tool_section_may_end_the_reasoning_without_think_end(
+    ids: TokenIds, t: dict[str, int]
+) -> None:
+    # SGLang's kimi_k2 reasoning parser: without </think>, the section ends the reasoning.
+    out = [10, 11, *section(t, call(t)), t["<|im_end|>"]]
+    v = run(ids, thinking_prompt(t), out)
+    assert v.accepted, v.reasons
+    assert v.think_end_index == -1
+    # A </think> after the section puts the section inside the reasoning.
+    late = [10, *section(t, call(t)), t["</think>"], 12, t["<|im_end|>"]]
+    assert "tool_call_in_reasoning" in codes(run(ids, thinking_prompt(t), late))
+    # Without a section, a reasoning block that never closed stays a reject.
+    assert "think_end_count" in codes(run(ids, thinking_prompt(t), [10, 11, t["<|im_end|>"]]))
+
+
+@pytest.mark.parametrize(
+    ("header", "arguments", "code"),
+    [
+        ("functions.get-weather:0", '{"city": "Paris"}', None),  # names may hold '-'
+        ("3", '{"city": "Paris"}', None),  # a bare counter, named from the declared tool
+        ("get weather", '{"city": "Paris"}', "tool_call_dropped"),  # id with a space
+        ("functions.get_weather:0", '["Paris"]', "tool_call_dropped"),  # not an object
+    ],
+)
+def test_calls_are_checked_as_sglangs_parser_reads_them(
+    chat_tokenizer: ChatTokenizer, ids: TokenIds, header: str, arguments: str, code: str | None
+) -> None:
+    from tests.support.prompts import WEATHER_TOOL
+
+    text = (f"r</think><|tool_calls_section_begin|><|tool_call_begin|>{header}"
+            f"<|tool_call_argument_begin|>{arguments}<|tool_call_end|>"
+            "<|tool_calls_section_end|><|im_end|>")  # fmt: skip
+    out = chat_tokenizer.tok.encode(text, add_special_tokens=False)
+    prompt = [5, 6, 7, chat_tokenizer.token_id("<think>")]
+
+    def check(tools: list[dict] | None) -> Verdict:
+        return validate_output(
+            prompt, out, finish_type="stop", finish_matched=out[-1], prompt_tokens=len(prompt),
+            completion_tokens=len(out), ids=ids, policy=KEEP,
+            tool_check=ToolCallCheck(chat_tokenizer.decode, tools),
+        )  # fmt: skip
+
+    assert codes(check([WEATHER_TOOL])) == ([code] if code else [])
+    assert codes(check(None)) == ["tool_call_undeclared"]

@@ -29,11 +29,11 @@ from eagle3_datagen.generate.conversation import (
     STOP_REJECTED,
     STOP_TOOL_CALL,
     STOP_TRUNCATED,
-    assistant_message,
     continue_history,
     first_turn,
     plan_turns,
     record_id,
+    served_turn,
     tool_call_divergence,
 )
 from eagle3_datagen.generate.plan import PartitionPlan
@@ -47,7 +47,7 @@ from eagle3_datagen.sglang.pool import ServerPool, connect
 from eagle3_datagen.sglang.preflight import length_rejection
 from eagle3_datagen.sglang.requests import GenerateClient, generate_with_retries
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
-from eagle3_datagen.validate.tokens import validate_output
+from eagle3_datagen.validate.tokens import ToolCallCheck, validate_output
 from eagle3_datagen.write.journal import BatchJournal, prompt_key
 from eagle3_datagen.write.records import Record, Reject
 from eagle3_datagen.write.resume import Prior, ReusePool
@@ -308,7 +308,8 @@ class PartitionRunner:
                 record.stop_reason = f"{STOP_TRUNCATED}: the turn reached max_tokens"
                 out.stop = STOP_TRUNCATED
                 break
-            message, calls = assistant_message(record.output_ids, self.ids, self.tokenizer.decode)
+            message, calls = served_turn(self.tokenizer, history, prompt.tools, ids,
+                                         record.output_ids, record.finish_reason)  # fmt: skip
             diverged = tool_call_divergence(slot.data, calls)
             if diverged is not None:
                 record.stop_reason = f"{STOP_TOOL_CALL}: {diverged}"
@@ -360,6 +361,7 @@ class PartitionRunner:
             completion_tokens=result.completion_tokens,
             ids=self.ids,
             policy=self.config.validation,
+            tool_check=ToolCallCheck(self.tokenizer.decode, prompt.tools),
         )
         if not verdict.accepted:
             out.end(

@@ -3,21 +3,22 @@ prompt is built from the model's own earlier turns.
 
 ``regenerate: all_turns`` regenerates every assistant turn of a conversation in order. The prompt
 of turn k is the chat template over the conversation so far, in which every earlier assistant
-turn is the model's own output turned back into a message the way a serving stack returns it
-(:func:`assistant_message`): SGLang's ``kimi_k2`` reasoning parser gives ``reasoning_content``
-(the text before ``</think>``) and the content after it, its ``kimi_k2`` tool-call parser cuts
-the content at ``<|tool_calls_section_begin|>`` and returns each call's id (``functions.NAME:IDX``),
-name and arguments; a client sends that message back as it came. What the model then sees is up
-to the template (Kimi-K2.5's drops the reasoning of turns before the last user message). The
+turn is the message SGLang 0.5.23's ``/v1/chat/completions`` (``kimi_k2`` reasoning and tool-call
+parsers) would have returned for the model's output ids, as a client sends it back
+(:func:`served_turn`, generate/chat_response.py): text detokenized with the request's settings,
+``reasoning_content`` and ``content`` split by the reasoning parser, tool calls with SGLang's ids
+``functions.NAME:K`` (K counts the calls in the history). What the model then sees is up to the
+render (Kimi-K2.5's template drops the reasoning of turns before the last user message). The
 output ids stored for each turn stay exactly what the server returned.
 
-A tool result in the data answers the data's own call. When the model's calls differ from the
-data's (names, arguments, or their number), the data's tool results no longer answer them, so
-the conversation stops after that turn (:func:`tool_call_divergence`); a turn cut at
-``max_tokens`` or rejected ends it too. speculators' multi-turn regeneration does the same in
-spirit (vllm-project/speculators PR #693 regenerates each turn on the on-policy prefix; PR #750
-splices the i-th cached tool result in after a tool-name check and truncates the conversation
-otherwise).
+A tool result in the data answers the data's own call. When the model's calls equal the data's
+(names, and arguments as JSON values), the data's results follow, addressed to the ids SGLang
+returned for the model's calls; when they differ (names, arguments, or their number), the data's
+tool results no longer answer them, so the conversation stops after that turn
+(:func:`tool_call_divergence`); a turn cut at ``max_tokens`` or rejected ends it too.
+speculators' multi-turn regeneration does the same in spirit (vllm-project/speculators PR #693
+regenerates each turn on the on-policy prefix; PR #750 splices the i-th cached tool result in
+after a tool-name check and truncates the conversation otherwise).
 
 Record ids: ``<id>`` for ``last`` with one sample; ``#s<n>`` is added when a partition has
 several samples, then ``#t<k>`` with ``all_turns`` (``conv-7#s1#t2``: sample 1, third generated
@@ -26,20 +27,17 @@ turn). ``n`` and ``k`` count from 0 and are stored in the ``sample`` and ``turn`
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from eagle3_datagen.generate.chat_response import ChatRequest, ServedCall, served_message
 from eagle3_datagen.inputs.prompts import Prompt
-from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 
 Message = dict[str, Any]
-
-# SGLang's KimiK2Detector: a call header is ``functions.NAME:IDX`` (``functions.`` optional).
-_CALL_ID = re.compile(r"^(?:functions\.)?(?P<name>[\w.]+):(?P<index>\d+)$")
 
 # Why a conversation ended before its last turn (summary keys).
 STOP_TOOL_CALL = "tool_call_diverged"
@@ -94,90 +92,20 @@ def record_id(base: str, turn: int, sample: int, *, turns: bool, samples: int) -
     return rid
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: str  # the JSON text the model wrote
-
-
-def _cut(seq: Sequence[int], token: int) -> tuple[Sequence[int], Sequence[int]] | None:
-    try:
-        i = list(seq).index(token)
-    except ValueError:
-        return None
-    return seq[:i], seq[i + 1 :]
-
-
-def parse_tool_calls(
-    section: Sequence[int], ids: TokenIds, decode: Callable[[Sequence[int]], str]
-) -> list[ToolCall] | None:
-    """The calls of one tool-call section (between its begin and end tokens); None when one
-    is malformed (SGLang's parser would drop it, so no client could answer it)."""
-    assert ids.tools is not None
-    t = ids.tools
-    calls: list[ToolCall] = []
-    rest = list(section)
-    while rest:
-        if rest[0] != t.call_begin:
-            if decode(rest[:1]).strip():
-                return None
-            rest = rest[1:]  # whitespace between calls
-            continue
-        header_args = _cut(rest[1:], t.call_end)
-        if header_args is None:
-            return None
-        body, rest = list(header_args[0]), list(header_args[1])
-        split = _cut(body, t.argument_begin)
-        if split is None:
-            return None
-        call_id = decode(split[0]).strip()
-        m = _CALL_ID.match(call_id)
-        arguments = decode(split[1]).strip()
-        if m is None or not (arguments.startswith("{") and arguments.endswith("}")):
-            return None
-        calls.append(ToolCall(call_id, m.group("name"), arguments))
-    return calls
-
-
-def assistant_message(
-    output_ids: Sequence[int], ids: TokenIds, decode: Callable[[Sequence[int]], str]
-) -> tuple[Message, list[ToolCall] | None]:
-    """The model's turn as the assistant message a client sends back, and its tool calls
-    (None when a call could not be parsed).
-
-    ``reasoning_content`` is the text before ``</think>`` (a leading ``<think>`` dropped when
-    the model opens the block itself), ``content`` what follows up to the tool-call section or
-    the stop token, not stripped (SGLang's parsers do not strip either).
-    """
-    out = list(output_ids)
-    if out and out[-1] in ids.stop_ids:
-        out = out[:-1]
-    message: Message = {"role": "assistant"}
-    if ids.thinking != "none":
-        parts = _cut(out, ids.think_end)
-        if parts is not None:
-            reasoning = list(parts[0])
-            if reasoning and reasoning[0] == ids.think_start:
-                reasoning = reasoning[1:]
-            message["reasoning_content"] = decode(reasoning)
-            out = list(parts[1])
-    calls: list[ToolCall] | None = []
-    if ids.tools is not None:
-        section = _cut(out, ids.tools.section_begin)
-        if section is not None:
-            out = list(section[0])
-            body = list(section[1])
-            if ids.tools.section_end in body:
-                body = body[: body.index(ids.tools.section_end)]
-            calls = parse_tool_calls(body, ids, decode)
-    message["content"] = decode(out)
-    if calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in calls
-        ]
-    return message, calls
+def served_turn(
+    tokenizer: ChatTokenizer,
+    history: Sequence[Message],
+    tools: Sequence[Any] | None,
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    finish_type: str,
+) -> tuple[Message, list[ServedCall] | None]:
+    """The model's turn as SGLang 0.5.23's chat path returns it to a client that sent
+    ``history`` and ``tools`` (generate/chat_response.py), and the calls it returns."""
+    request = ChatRequest(history, tools, tokenizer.chat_template_kwargs)
+    return served_message(
+        tokenizer.tok, request, prompt_ids, output_ids, stop_matched=finish_type == "stop"
+    )
 
 
 def _json_value(value: Any) -> Any:
@@ -205,11 +133,10 @@ def _show(name: Any, args: Any) -> str:
     return f"{name}({text if isinstance(text, str) else text.decode()})"
 
 
-def tool_call_divergence(data: Message | None, calls: list[ToolCall] | None) -> str | None:
-    """Why the model's calls do not match the data's turn (None when they do): the same
-    calls in the same order, same names, arguments equal as JSON values."""
-    if calls is None:
-        return "the model's tool-call section could not be parsed"
+def tool_call_divergence(data: Message | None, calls: list[ServedCall] | None) -> str | None:
+    """Why the model's calls, as SGLang returns them, do not match the data's turn (None when
+    they do): the same calls in the same order, same names, arguments equal as JSON values."""
+    calls = calls or []
     want = [(n, a) for n, a, _ in _data_calls(data or {})]
     got = [(c.name, _json_value(c.arguments)) for c in calls]
     if want == got:
@@ -222,19 +149,25 @@ def tool_call_divergence(data: Message | None, calls: list[ToolCall] | None) -> 
 def continue_history(
     history: list[Message],
     model_message: Message,
-    calls: list[ToolCall],
+    calls: list[ServedCall],
     slot: TurnSlot,
     next_slot: TurnSlot,
     messages: list[Message],
 ) -> list[Message]:
     """The conversation before ``next_slot``: the history, the model's turn, then the data's
     messages up to the next assistant turn. Tool results that answer the data's call i answer
-    the model's call i instead (same name and arguments, by then), as a client would reply."""
-    ids = {d_id: c.id for (_, _, d_id), c in zip(_data_calls(slot.data or {}), calls,
-                                                  strict=False) if d_id}  # fmt: skip
-    following = []
+    the model's call i instead, by the id SGLang returned for it (same name and arguments, by
+    then), as a client would reply; a result without an id (data whose calls have none) takes
+    the id of the call at its position."""
+    data_ids = [d_id for _, _, d_id in _data_calls(slot.data or {})]
+    ids = {d_id: c.id for d_id, c in zip(data_ids, calls, strict=False) if d_id}
+    following, position = [], 0
     for m in messages[slot.history_end + 1 : next_slot.history_end]:
-        if m.get("role") == "tool" and m.get("tool_call_id") in ids:
-            m = {**m, "tool_call_id": ids[m["tool_call_id"]]}
+        if m.get("role") == "tool":
+            if m.get("tool_call_id") in ids:
+                m = {**m, "tool_call_id": ids[m["tool_call_id"]]}
+            elif not m.get("tool_call_id") and position < len(calls):
+                m = {**m, "tool_call_id": calls[position].id}
+            position += 1
         following.append(m)
     return [*history, model_message, *following]

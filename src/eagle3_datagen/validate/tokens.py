@@ -10,12 +10,24 @@ finished dataset (``eagle3-datagen validate``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Any
 
 from eagle3_datagen.config import ValidationPolicy
+from eagle3_datagen.generate.chat_response import SECTION_BEGIN, parse_tool_calls
 from eagle3_datagen.render.token_ids import TokenIds, ToolIds
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallCheck:
+    """What reading the calls as text needs: the tokenizer's decode (special tokens kept) and
+    the request's declared tools. Live runs have both; offline checks of stored records do not
+    (tools are not stored), so they check the tokens only."""
+
+    decode: Callable[[Sequence[int]], str]
+    tools: Sequence[Any] | None
 
 
 @dataclass(slots=True)
@@ -48,11 +60,13 @@ def validate_output(
     completion_tokens: int,
     ids: TokenIds,
     policy: ValidationPolicy,
+    tool_check: ToolCallCheck | None = None,
 ) -> Verdict:
     """Apply every rule; all failures are reported, not just the first.
 
     ``finish_matched`` is what the server said stopped a ``stop`` finish: a token id, or None
-    when it is not known (offline checks of stored records).
+    when it is not known (offline checks of stored records). With ``tool_check``, a tool-call
+    section must also be one SGLang's ``kimi_k2`` tool-call parser returns in full.
     """
     v = Verdict(truncated=finish_type == "length")
     n = len(output_ids)
@@ -112,6 +126,8 @@ def validate_output(
     answer_start = _check_thinking(prompt_ids, output_ids, ids, v)
     if ids.tools is not None:
         _check_tool_calls(output_ids, answer_start, ids.tools, v)
+        if tool_check is not None and v.accepted and not v.truncated:
+            _check_served_calls(output_ids, ids.tools, tool_check, v)
     if (
         policy.require_answer
         and not v.truncated
@@ -184,6 +200,11 @@ def _check_thinking(
     if len(ends) > 1:
         v.fail("think_end_count", f"{len(ends)} think-end tokens (expected exactly one)")
     if not ends:
+        section = _tool_section_start(output_ids, ids)
+        if section is not None:
+            # SGLang's kimi_k2 reasoning parser: without </think>, a tool-call section ends
+            # the reasoning (reasoning_parser.py KimiK2Detector, tool_start_token).
+            return section
         if not v.truncated:
             v.fail(
                 "think_end_count",
@@ -191,6 +212,13 @@ def _check_thinking(
             )
         return None
     return ends[0] + 1
+
+
+def _tool_section_start(output_ids: Sequence[int], ids: TokenIds) -> int | None:
+    """Where a tool-call section begins, when the reasoning is ended by one (no </think>)."""
+    if ids.tools is None or ids.tools.section_begin not in output_ids:
+        return None
+    return list(output_ids).index(ids.tools.section_begin)
 
 
 def _check_tool_calls(
@@ -235,3 +263,28 @@ def _check_tool_calls(
             "malformed_tool_call",
             "tool-call section not closed before the end of the turn",
         )
+
+
+def _check_served_calls(
+    output_ids: Sequence[int], t: ToolIds, check: ToolCallCheck, v: Verdict
+) -> None:
+    """Every call of a well-formed section is one SGLang's ``kimi_k2`` tool-call parser returns:
+    a call it drops (an id that is neither ``[functions.]NAME:N`` nor a counter it can name,
+    arguments that are not one ``{...}``) or a section in a request without tools (SGLang does
+    not parse it) would reach the client as something else than the call the model made."""
+    if t.section_begin not in output_ids:
+        return
+    start = list(output_ids).index(t.section_begin)
+    if not check.tools:
+        v.fail("tool_call_undeclared", f"tool-call section at position {start} in a request "
+               "that declares no tools: SGLang's kimi_k2 parser does not parse it")  # fmt: skip
+        return
+    text = check.decode(output_ids[start:])
+    if SECTION_BEGIN not in text:
+        return  # not Kimi's markup: SGLang's kimi_k2 parser is not the reference
+    wrote = sum(1 for tok in output_ids[start:] if tok == t.call_end)
+    _, served = parse_tool_calls(text[text.find(SECTION_BEGIN) :], check.tools, 0)
+    if served is None or len(served) != wrote:
+        got = ", ".join(c.name for c in served or []) or "none"
+        v.fail("tool_call_dropped", f"SGLang's kimi_k2 parser returns {len(served or [])} of "
+               f"the {wrote} calls the model wrote (parsed: {got}): {text[:300]!r}")  # fmt: skip
