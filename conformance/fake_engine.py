@@ -17,7 +17,12 @@ fake returned for each rid, token for token, for tests to compare against.
 
 Request triggers (by rid, never used by the pipeline): a rid containing ``conformance:hold``
 stays in flight until aborted (abort and duplicate-rid cases); ``conformance:nan`` makes the
-last generated id fall outside the vocabulary, which SGLang replaces (see `_nan_substitute`).
+last generated id fall outside the vocabulary, which SGLang replaces (see `_nan_substitute`); a
+rid that is a key of the ``--fake-outputs`` JSON file gets those output ids instead of the fake
+model's (the chat-response cases of `conformance/chat_response.py`).
+
+The text of every answer is made by SGLang's own `DetokenizerManager._decode_batch_token_id_output`,
+fed as the scheduler feeds it (`SGLangDetokenizer`).
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class FakeSettings:
     log_path: Path | None = None
     mean_output_tokens: float = 120.0
     max_output_tokens: int = 4096
+    outputs_path: Path | None = None  # JSON {rid: output ids}: scripted answers
 
 
 class FakeModelConfig:
@@ -146,6 +152,7 @@ class FakeScheduler:
         # The model's EOS set: config.json eos_token_id U generation_config.json eos_token_id
         # (configs/model_config.py `_get_hf_eos_token_id`); the emulator's Vocab reads both.
         self.eos_token_ids = set(self.vocab.eos_ids)
+        self.detokenizer = SGLangDetokenizer(tm.server_args)
         # In flight beyond --max-running-requests count as the waiting queue.
         self.running: dict[str, _Running] = {}
         self._log_lock = threading.Lock()
@@ -233,7 +240,10 @@ class FakeScheduler:
             if HOLD_TRIGGER in req.rid:
                 await asyncio.Event().wait()  # until aborted
             digest = hashlib.sha256(array("i", input_ids).tobytes()).digest()
-            stream = self.model.generate(input_ids, digest, 0, max_new)
+            stream = self._scripted(req.rid)
+            if stream is None:
+                stream = self.model.generate(input_ids, digest, 0, max_new)
+            stream = stream[:max_new]
             output_ids, finish = self._stop(stream, sp, max_new)
             if NAN_TRIGGER in req.rid and output_ids:
                 finish = self._nan_substitute(output_ids, sp)
@@ -242,6 +252,15 @@ class FakeScheduler:
             # An aborted running request ends with FINISH_ABORT() ("Aborted", no status code):
             # HTTP 200 with finish_reason.type == "abort" (schedule_batch.py:332-345).
             self._finish(req, run, output_ids, FINISH_ABORT().to_json())
+
+    def _scripted(self, rid: str) -> list[int] | None:
+        """The output ids ``--fake-outputs`` gives this rid (read per request: the harness may
+        add cases while the app runs)."""
+        path = self.settings.outputs_path
+        if path is None or not path.exists():
+            return None
+        ids = json.loads(path.read_text()).get(rid)
+        return None if ids is None else [int(i) for i in ids]
 
     def _stop(self, stream: list[int], sp: Any, max_new: int) -> tuple[list[int], Any]:
         """Token stops: `Req._check_token_based_finish` (schedule_batch.py ~1856): the first id in
@@ -272,18 +291,7 @@ class FakeScheduler:
 
     def _finish(self, req: Any, run: _Running, output_ids: list[int], finish: Any) -> None:
         self.running.pop(run.rid, None)
-        sp = req.sampling_params
-        # Detokenizer: an int match drops the stop token before decoding
-        # (detokenizer_manager.py `trim_matched_stop`); output_ids are never trimmed.
-        text_ids = output_ids
-        if (
-            isinstance(finish, dict)
-            and finish.get("type") == "stop"
-            and isinstance(finish.get("matched"), int)
-            and not sp.no_stop_trim
-        ):
-            text_ids = output_ids[:-1]
-        text = self.vocab.decode(text_ids, skip_special_tokens=sp.skip_special_tokens)
+        text = self.detokenizer.text(req, output_ids, finish)
         n = 1
         out = BatchStrOutput(
             rids=[req.rid],
@@ -342,6 +350,57 @@ class FakeScheduler:
         )
         with self._log_lock, path.open("a") as f:
             f.write(line + "\n")
+
+
+class SGLangDetokenizer:
+    """SGLang's `DetokenizerManager` (managers/detokenizer_manager.py) without its process: its
+    own `init_tokenizer` and the fields `init_running_status` sets (no watchdog thread), and its
+    own `_decode_batch_token_id_output`, fed what the scheduler sends for a non-streaming
+    request (managers/scheduler_components/output_streamer.py `accept`: a chunk every
+    SGLANG_FORCE_STREAM_INTERVAL output ids, then the finished one; `decode_ids` and
+    `read_offset` from `Req.init_incremental_detokenize`, schedule_batch.py:1788-1806: the last
+    INIT_INCREMENTAL_DETOKENIZATION_OFFSET prompt ids first). The answer's text is the
+    chunks' outputs joined, as TokenizerManager joins them for a non-streaming request."""
+
+    def __init__(self, server_args: Any) -> None:
+        from sglang.srt.managers.detokenizer_manager import DetokenizerManager
+        from sglang.srt.parser.response_template import tool_close_token_ids
+
+        d = object.__new__(DetokenizerManager)
+        d.init_tokenizer(server_args)
+        d.decode_status = {}
+        d.disable_tokenizer_batch_decode = get_serving().disable_tokenizer_batch_decode
+        d.is_tool_call_parser_gpt_oss = get_serving().tool_call_parser == "gpt-oss"
+        d.tool_close_token_ids = tool_close_token_ids(get_serving().tool_call_parser, d.tokenizer)
+        self.manager = d
+
+    def text(self, req: Any, output_ids: list[int], finish: Any) -> str:
+        from sglang.srt.managers.schedule_batch import INIT_INCREMENTAL_DETOKENIZATION_OFFSET
+        from sglang.srt.managers.scheduler_components.output_streamer import (
+            DEFAULT_FORCE_STREAM_INTERVAL,
+        )
+
+        sp = req.sampling_params
+        prompt = list(req.input_ids)
+        read_offset = len(prompt)
+        surr_offset = max(read_offset - INIT_INCREMENTAL_DETOKENIZATION_OFFSET, 0)
+        ends = [k for k in range(1, len(output_ids)) if k % DEFAULT_FORCE_STREAM_INTERVAL == 0]
+        parts, sent = [], 0
+        for k in [*ends, len(output_ids)]:
+            decode_ids = (prompt[surr_offset:] + output_ids[:k])[sent:]
+            sent = len(prompt) - surr_offset + k
+            batch = SimpleNamespace(
+                rids=[req.rid],
+                decoded_texts=[""],
+                decode_ids=[decode_ids],
+                read_offsets=[read_offset - surr_offset],
+                finished_reasons=[finish if k == len(output_ids) else None],
+                no_stop_trim=[sp.no_stop_trim],
+                skip_special_tokens=[sp.skip_special_tokens],
+                spaces_between_special_tokens=[sp.spaces_between_special_tokens],
+            )
+            parts += self.manager._decode_batch_token_id_output(batch)
+        return "".join(parts)
 
 
 class FakeTokenizerManager(TokenizerManager):

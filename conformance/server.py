@@ -43,6 +43,9 @@ def _split_fake_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "--fake-warmup-delay-s", type=float, default=0.0, help="extra seconds in Starting (503)"
     )
     parser.add_argument("--fake-http", choices=("auto", "h11"), default="auto")
+    parser.add_argument(
+        "--fake-outputs", type=Path, default=None, help="JSON {rid: output ids} to answer with"
+    )
     return parser.parse_known_args(argv)
 
 
@@ -85,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         log_path=fake.fake_log,
         mean_output_tokens=fake.fake_mean_output_tokens,
         max_output_tokens=fake.fake_max_output_tokens,
+        outputs_path=fake.fake_outputs,
     )
     tokenizer_manager = FakeTokenizerManager(server_args, settings)
     template_manager = TemplateManager()

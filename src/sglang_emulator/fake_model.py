@@ -21,8 +21,11 @@ ThinkingMode = Literal["open", "closed", "absent"]
 
 _NAME_RE = re.compile(r'"name"\s*:\s*"([^"]+)"')
 # A test's script for the model: ``[[call NAME {json args}]]`` in the message right before the
-# generation prompt makes the model call exactly these tools (see FakeModel.scripted_calls).
-_CALL_RE = re.compile(r"\[\[call ([A-Za-z_][\w.-]*) (\{.*?\})\]\]", re.DOTALL)
+# generation prompt makes the model call exactly these tools (see FakeModel.scripted_calls); a
+# NAME of digits is written as a bare counter header (``3``, no ``functions.NAME:``), and
+# ``[[no-think-end]]`` makes the model switch from reasoning to the calls without ``</think>``.
+_CALL_RE = re.compile(r"\[\[call (\d+|[A-Za-z_][\w.-]*) (\{.*?\})\]\]", re.DOTALL)
+NO_THINK_END = "[[no-think-end]]"
 _TS_FUNC_RE = re.compile(r"\bfunction\s+([A-Za-z_][\w.-]*)|\btype\s+([A-Za-z_][\w.-]*)\s*=")
 _CACHE_LIMIT = 1024
 # Ordinary text is sliced out of one pre-shuffled table of word ids: a slice is C-speed, while
@@ -226,8 +229,10 @@ class FakeModel:
             answer = max(1, total - reasoning)
         calls = 0
         scripted = self.scripted_calls(input_ids, packed)
+        skip_think_end = bool(scripted) and scripted[0] == (NO_THINK_END, "")
+        scripted = [c for c in scripted if c[0] != NO_THINK_END]
         if scripted:
-            answer = rng.randint(0, min(answer, 24))
+            answer = 0 if skip_think_end else rng.randint(0, min(answer, 24))
         elif shape.tools and rng.random() < self.tool_call_rate:
             calls = rng.randint(1, 3)
             answer = rng.randint(0, min(answer, 24))
@@ -237,7 +242,8 @@ class FakeModel:
             out.append(sp["think"])
         if shape.thinking != "closed":
             out += self._ordinary(rng, min(reasoning, limit - len(out)))
-            out.append(sp["think_end"])
+            if not skip_think_end:
+                out.append(sp["think_end"])
         if len(out) < limit:
             out += self._ordinary(rng, min(answer, limit - len(out)))
         if scripted and len(out) < limit:
@@ -278,7 +284,8 @@ class FakeModel:
         text = self.vocab.decode(input_ids[start + 1 : end], skip_special_tokens=False)
         if "[[call " not in text:
             return []
-        return [(name, args) for name, args in _CALL_RE.findall(text)]
+        calls = [(name, args) for name, args in _CALL_RE.findall(text)]
+        return [(NO_THINK_END, ""), *calls] if calls and NO_THINK_END in text else calls
 
     def _scripted_section(self, calls: list[tuple[str, str]]) -> list[int]:
         """The tool-call section of :meth:`scripted_calls`: the arguments exactly as written."""
@@ -286,7 +293,7 @@ class FakeModel:
         out = [sp["tool_calls_section_begin"]]
         for idx, (name, args) in enumerate(calls):
             out.append(sp["tool_call_begin"])
-            out += self._encode(f"functions.{name}:{idx}")
+            out += self._encode(name if name.isdigit() else f"functions.{name}:{idx}")
             out.append(sp["tool_call_argument_begin"])
             out += self.vocab.encode(args)
             out.append(sp["tool_call_end"])

@@ -22,8 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from eagle3_datagen.config import SpecialTokens
-from eagle3_datagen.generate.chat_response import SECTION_BEGIN, parse_tool_calls
+from eagle3_datagen.generate.chat_response import ChatRequest, served_message
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.sglang.client import _error_message
@@ -141,21 +140,30 @@ def _normalise_message(message: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def kimi() -> tuple[ChatTokenizer, TokenIds]:
-    tok = ChatTokenizer(str(TOKENIZER_DIR))
-    return tok, TokenIds.resolve(tok, SpecialTokens())
+def kimi() -> ChatTokenizer:
+    return ChatTokenizer(str(TOKENIZER_DIR))
 
 
-def tool_calls(body: Any, kimi: tuple[ChatTokenizer, TokenIds]) -> list[tuple[str, str]] | None:
-    """The calls our pipeline reads from an answer's output ids (generate/conversation.py), as
-    (name, arguments); None for an answer without a tool-call section."""
-    tok, ids = kimi
-    assert ids.tools is not None
-    if not isinstance(body, dict) or ids.tools.section_begin not in body.get("output_ids", []):
-        return None
-    text = tok.decode(body["output_ids"])
-    _, calls = parse_tool_calls(text[text.find(SECTION_BEGIN) :], [{"function": {}}], 0)
-    return [(c.name, c.arguments) for c in calls or []]
+def sglang_parsed() -> dict[str, dict[str, Any]]:
+    """SGLang's own chat response to the real app's recorded answers (``recorded_<fixture>``
+    cases of ``conformance/chat_response.py``): its request and the message it returned."""
+    doc = json.loads((FIXTURES / "chat-response" / "kimi-k2.5-mini.json").read_text())
+    prefix = "recorded_"
+    return {c["name"][len(prefix) :]: c for c in doc["cases"] if c["name"].startswith(prefix)}
+
+
+def calls_of(message: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+            for c in message.get("tool_calls", [])]  # fmt: skip
+
+
+def our_calls(tok: ChatTokenizer, case: dict[str, Any], output_ids: list[int]) -> Any:
+    """The calls our pipeline carries into the next turn for ``output_ids`` (the message
+    generate/chat_response.py builds, as SGLang's chat path would return it)."""
+    req = case["request"]
+    message, _ = served_message(tok.tok, ChatRequest(req["messages"], req["tools"]),
+                                case["prompt_ids"], output_ids, stop_matched=True)  # fmt: skip
+    return calls_of(message)
 
 
 def send(url: str, req: dict[str, Any]) -> httpx.Response:
@@ -190,7 +198,7 @@ def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[s
 @pytest.mark.parametrize(("name", "fixture"), load("http"), ids=[n for n, _ in load("http")])
 def test_http_answer_agrees(
     emulators: dict[tuple[str, ...], EmulatorProcess],
-    kimi: tuple[ChatTokenizer, TokenIds],
+    kimi: ChatTokenizer,
     name: str,
     fixture: dict[str, Any],
 ) -> None:
@@ -217,11 +225,14 @@ def test_http_answer_agrees(
         real["status"], real["body"], real.get("body_text")
     )
     # A turn whose prompt scripts the model's tool calls ([[call ...]], the regenerated
-    # conversations' turn 0): the emulator's model calls the same tools, which the pipeline
-    # parses into the next turn's history. Other outputs are random in both.
-    real_calls = tool_calls(real["body"], kimi)
-    if real_calls is not None:
-        assert tool_calls(body, kimi) == real_calls
+    # conversations' turn 0): SGLang's own kimi_k2 parser, run on the real app's answer
+    # (recorded by conformance/chat_response.py), returns calls; the emulator's answer, read as
+    # the pipeline reads it, must give the same names and arguments. Other outputs are random.
+    sglang = sglang_parsed().get(name)
+    if sglang is not None:
+        assert sglang["output_ids"] == real["body"]["output_ids"]
+        assert calls_of(sglang["message"]), name
+        assert our_calls(kimi, sglang, body["output_ids"]) == calls_of(sglang["message"])
 
 
 def test_health_during_startup_agrees(emu_factory: EmulatorFactory) -> None:

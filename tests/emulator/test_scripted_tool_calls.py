@@ -72,3 +72,19 @@ def test_without_a_script_the_random_calls_follow_the_rate(vocab: Vocab, hf_toke
     prompt = _render(hf_tokenizer, [{"role": "user", "content": "Weather in Paris?"}])
     assert _section(hf_tokenizer, _generate(never, prompt)) == ""
     assert "functions.get_weather:0" in _section(hf_tokenizer, _generate(always, prompt))
+
+
+def test_the_script_can_skip_think_end_and_write_a_bare_counter(
+    vocab: Vocab, hf_tokenizer: Any
+) -> None:
+    model = FakeModel(vocab, tool_call_rate=0.0)
+    ask = 'Weather? [[no-think-end]][[call 3 {"city": "Rome"}]]'
+    out = _generate(model, _render(hf_tokenizer, [{"role": "user", "content": ask}]))
+    assert vocab.special["think_end"] not in out
+    text = hf_tokenizer.decode(out, skip_special_tokens=False)
+    reasoning, _, rest = text.partition("<|tool_calls_section_begin|>")
+    assert reasoning and "<|" not in reasoning  # reasoning, then straight into the section
+    assert rest.startswith(
+        '<|tool_call_begin|>3<|tool_call_argument_begin|>{"city": "Rome"}<|tool_call_end|>'
+        "<|tool_calls_section_end|><|im_end|>"
+    )

@@ -13,7 +13,9 @@ code by ``conformance/chat_response.py``, replayed in CI from ``tests/fixtures``
    ``chat_template_kwargs.get("spaces_between_special_tokens", True)``
    (``entrypoints/openai/protocol.py`` ~1206). A matched stop token is dropped before decoding
    (``managers/detokenizer_manager.py`` ``trim_matched_stop``), and the text is what follows
-   the decoded last 5 prompt ids (``schedule_batch.py`` ``init_incremental_detokenize``). A
+   the decoded last 5 prompt ids (``schedule_batch.py`` ``init_incremental_detokenize``); ids
+   at or past ``len(tokenizer)`` are decoded as id 0 (``_clamp_decode_ids``: never for a
+   tokenizer whose ids are dense, as Kimi-K2.5's; the bundled tiktoken stand-in's are not). A
    fast tokenizer decodes with both settings (``batch_decode``); a Python one drops
    ``all_special_ids`` itself and ignores the spacing (``utils/patch_tokenizer.py``
    ``decode_without_hf_kwargs``): so which tokens vanish depends on the tokenizer.
@@ -37,6 +39,7 @@ The message is SGLang's ``ChatMessage`` as JSON with its null fields left out.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -124,6 +127,10 @@ def detokenize(
     """The ``text`` SGLang's detokenizer gives a finished request (step 1 of the module doc)."""
     out = list(output_ids[:-1] if stop_matched and output_ids else output_ids)
     surr = list(prompt_ids[max(len(prompt_ids) - _SURROGATE, 0) :])
+    size = _vocab_size(tok)
+    if size:
+        out = [i if 0 <= i < size else 0 for i in out]
+        surr = [i if 0 <= i < size else 0 for i in surr]
 
     def decode(ids: list[int]) -> str:
         if not ids:
@@ -142,6 +149,15 @@ def detokenize(
         return str(tok.decode(ids))
 
     return decode(surr + out)[len(decode(surr)) :]
+
+
+@functools.lru_cache(maxsize=8)
+def _vocab_size(tok: Any) -> int | None:
+    """``DetokenizerManager.init_tokenizer``: ``len(tokenizer)``, else its ``vocab_size``."""
+    try:
+        return len(tok)
+    except TypeError:
+        return getattr(tok, "vocab_size", None)
 
 
 def split_reasoning(text: str, force_reasoning: bool) -> tuple[str | None, str]:
