@@ -14,7 +14,7 @@ SGLang's: the request's sampling params (``skip_special_tokens`` switched off by
 `record` writes ``tests/fixtures/sglang-0.5.23/chat-response/<tokenizer>.json`` (one per bundled
 tokenizer): each case's request, prompt ids, output ids, finish and SGLang's message (nulls left
 out). `tests/unit/test_chat_response.py` replays them in CI against
-``eagle3_datagen.generate.chat_response`` (no SGLang there); `tests/conformance/
+``eagle3_datagen.sglang.chat_response`` (no SGLang there); `tests/conformance/
 test_chat_response.py` runs the cases live.
 """
 
@@ -55,7 +55,7 @@ def call(head: str, args: str) -> str:
 
 
 ASK = [{"role": "user", "content": "Weather in Paris, and the time there?"}]
-HISTORY_2_CALLS = [
+HISTORY_2_CALLS: list[dict[str, Any]] = [
     *ASK,
     {"role": "assistant", "content": "", "reasoning_content": "Both.", "tool_calls": [
         {"id": "functions.get_weather:0", "type": "function",
@@ -185,7 +185,7 @@ def _recorded_turns() -> list[Case]:
 
     return [
         Case(f"recorded_{stem}", f"the output ids of the recorded /generate answer {stem}", "",
-             messages=REGEN_LINE["messages"][:1], tools=[REGEN_TOOL], ids_from=stem,
+             messages=list(REGEN_LINE["messages"][:1]), tools=[REGEN_TOOL], ids_from=stem,
              tokenizers=("kimi-k2.5-mini",))
         for stem in ("generate_all_turns_tool_call", "generate_sample_0_turn_0",
                      "generate_sample_2_turn_0")

@@ -1,5 +1,5 @@
 """Output ids through SGLang 0.5.23's own chat response path (``conformance/chat_response.py``),
-live: the message our ``generate/chat_response.py`` builds equals SGLang's for every case, on
+live: the message our ``sglang/chat_response.py`` builds equals SGLang's for every case, on
 both bundled tokenizers, and the recording CI replays is the current answer."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ requires_sglang()
 pytestmark = pytest.mark.conformance
 
 from conformance.chat_response import FIXTURES, TOKENIZERS, run_cases  # noqa: E402
-from eagle3_datagen.generate.chat_response import ChatRequest, served_message  # noqa: E402
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer  # noqa: E402
+from eagle3_datagen.sglang.chat_response import ChatRequest, served_message  # noqa: E402
 from tests.support import REPO  # noqa: E402
 
 

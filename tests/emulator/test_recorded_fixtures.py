@@ -22,9 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from eagle3_datagen.generate.chat_response import ChatRequest, served_message
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.sglang.chat_response import ChatRequest, served_message
 from eagle3_datagen.sglang.client import _error_message
 from tests.support import REPO, TOKENIZER_DIR, health_codes
 from tests.support.emulator import EmulatorFactory, EmulatorProcess
@@ -159,7 +158,7 @@ def calls_of(message: dict[str, Any]) -> list[tuple[str, Any]]:
 
 def our_calls(tok: ChatTokenizer, case: dict[str, Any], output_ids: list[int]) -> Any:
     """The calls our pipeline carries into the next turn for ``output_ids`` (the message
-    generate/chat_response.py builds, as SGLang's chat path would return it)."""
+    sglang/chat_response.py builds, as SGLang's chat path would return it)."""
     req = case["request"]
     message, _ = served_message(tok.tok, ChatRequest(req["messages"], req["tools"]),
                                 case["prompt_ids"], output_ids, stop_matched=True)  # fmt: skip

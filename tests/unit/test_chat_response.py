@@ -2,7 +2,7 @@
 
 Each case of ``tests/fixtures/sglang-0.5.23/chat-response/<tokenizer>.json`` was answered by
 SGLang's own request, detokenizer and ``kimi_k2`` parser code (``conformance/chat_response.py``);
-``generate/chat_response.py`` must give the same message from the same request and ids, on the
+``sglang/chat_response.py`` must give the same message from the same request and ids, on the
 same bundled tokenizer. The validator's verdict on every tool-call section must agree with what
 SGLang returned: accepted exactly when SGLang returns every call the model wrote (where SGLang
 decodes the model's ids at all: see the skip for the tiktoken stand-in).
@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from eagle3_datagen.config import SpecialTokens, ValidationPolicy
-from eagle3_datagen.generate.chat_response import ChatRequest, served_message
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.validate.tokens import TokenIds, ToolCallCheck, validate_output
+from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.sglang.chat_response import ChatRequest, served_message
+from eagle3_datagen.validate.tokens import ToolCallCheck, validate_output
 from tests.support import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "sglang-0.5.23" / "chat-response"

@@ -5,7 +5,7 @@ prompt is built from the model's own earlier turns.
 of turn k is the chat template over the conversation so far, in which every earlier assistant
 turn is the message SGLang 0.5.23's ``/v1/chat/completions`` (``kimi_k2`` reasoning and tool-call
 parsers) would have returned for the model's output ids, as a client sends it back
-(:func:`served_turn`, generate/chat_response.py): text detokenized with the request's settings,
+(:func:`served_turn`, sglang/chat_response.py): text detokenized with the request's settings,
 ``reasoning_content`` and ``content`` split by the reasoning parser, tool calls with SGLang's ids
 ``functions.NAME:K`` (K counts the calls in the history). What the model then sees is up to the
 render (Kimi-K2.5's template drops the reasoning of turns before the last user message). The
@@ -33,9 +33,9 @@ from typing import Any
 
 import orjson
 
-from eagle3_datagen.generate.chat_response import ChatRequest, ServedCall, served_message
 from eagle3_datagen.inputs.prompts import Prompt
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.sglang.chat_response import ChatRequest, ServedCall, served_message
 
 Message = dict[str, Any]
 
@@ -101,7 +101,7 @@ def served_turn(
     finish_type: str,
 ) -> tuple[Message, list[ServedCall] | None]:
     """The model's turn as SGLang 0.5.23's chat path returns it to a client that sent
-    ``history`` and ``tools`` (generate/chat_response.py), and the calls it returns."""
+    ``history`` and ``tools`` (sglang/chat_response.py), and the calls it returns."""
     request = ChatRequest(history, tools, tokenizer.chat_template_kwargs)
     return served_message(
         tokenizer.tok, request, prompt_ids, output_ids, stop_matched=finish_type == "stop"

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eagle3_datagen.config import ValidationPolicy
-from eagle3_datagen.generate.chat_response import SECTION_BEGIN, parse_tool_calls
 from eagle3_datagen.render.token_ids import TokenIds, ToolIds
+from eagle3_datagen.sglang.chat_response import SECTION_BEGIN, parse_tool_calls
 
 
 @dataclass(frozen=True, slots=True)
