@@ -75,6 +75,15 @@ class ModelSpec(_Model):
         title="Chat template kwargs",
         description='Extra variables for the chat template, e.g. {"thinking": true}.',
     )
+    render: Literal["sglang_chat", "template"] = Field(
+        default="sglang_chat",
+        title="Render reference",
+        description=(
+            "sglang_chat: the prompt ids SGLang 0.5.23's /v1/chat/completions builds for the "
+            "same request (tool-call arguments parsed, tools as SGLang dumps them, ...); "
+            "template: the data through the chat template as it is. See docs/render.md."
+        ),
+    )
 
     @property
     def tokenizer_dir(self) -> str:

@@ -1,10 +1,10 @@
 """Where a dataset came from: the run fingerprint stored in the manifest and in every shard.
 
-``content`` holds what decides the tokens (model, tokenizer, template, sampling, tiers, the
-turns and samples each partition generates, and the server settings in
-:data:`CONTENT_SERVER_ARGS`); two runs may share an output directory only if
-it is equal, so a rerun, a resume after a server restart or another node of a fan-out must
-produce the same ``content``. ``run`` holds what describes this particular run (time, URL,
+``content`` holds what decides the tokens (model, tokenizer, template, render reference,
+sampling, tiers, the turns and samples each partition generates, and the server settings in
+:data:`CONTENT_SERVER_ARGS`); two runs may share an output directory only if it is equal, so
+a rerun, a resume after a server restart or another node of a fan-out must produce the same
+``content``. ``run`` holds what describes this particular run (time, URL,
 versions, every server arg) and may differ.
 
 The rule for a server arg: it is content when it changes which tokens a request can get, i.e.
@@ -85,6 +85,8 @@ def build_fingerprint(
         "tokenizer": {k: v for k, v in tok.items() if k != "tokenizer_path"},
         "chat_template_sha256": tok["chat_template_sha256"],
         "chat_template_kwargs": config.model.chat_template_kwargs,
+        # Which prompt ids the data holds: SGLang's chat path's or the raw template's.
+        "render": tokenizer.reference,
         "sampling": config.sampling.model_dump(),
         "special_tokens": config.special_tokens.model_dump(),
         "validation": config.validation.model_dump(),

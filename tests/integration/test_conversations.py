@@ -70,7 +70,10 @@ def _config(tmp_path: Path, rows: list[dict[str, Any]], **partition: Any) -> Pip
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return PipelineConfig.model_validate(
         {
-            "model": {"path": str(TOKENIZER_DIR)},
+            # The data through the template as it is, as rendered below; what SGLang's chat path
+            # makes of such histories (render: sglang_chat) is checked against SGLang's own
+            # preprocessing in tests/unit/test_sglang_chat_render.py.
+            "model": {"path": str(TOKENIZER_DIR), "render": "template"},
             "sampling": {"seed": 7},
             "tiers": [{"name": "T", "concurrency": 8, "max_tokens": 1024}],
             "partitions": [{"name": "p", "input": str(prompts), "tier": "T", **partition}],

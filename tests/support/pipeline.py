@@ -56,7 +56,7 @@ def write_config(data: dict[str, Any], out: Path) -> Path:
 async def run_batches(config: PipelineConfig, url: str, **runner: Any) -> PartitionOutput:
     """Every batch of partition ``p`` through one PartitionRunner, in order, without Prefect;
     ``runner`` adds PartitionRunner arguments (e.g. ``run_id``, ``context_length``)."""
-    tok = ChatTokenizer(str(TOKENIZER_DIR))
+    tok = ChatTokenizer(str(TOKENIZER_DIR), render=config.model.render)
     out = PartitionOutput(config.output_dir, "p")
     async with SGLangClient(url) as client:
         partition_runner = PartitionRunner(

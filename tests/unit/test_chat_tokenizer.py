@@ -1,3 +1,7 @@
+import hashlib
+import json
+from pathlib import Path
+
 import pytest
 
 from eagle3_datagen.errors import TokenizerError
@@ -23,9 +27,11 @@ def prompts() -> list[Prompt]:
     ]
 
 
-def test_render_equals_apply_chat_template(chat_tokenizer: ChatTokenizer) -> None:
-    tok = chat_tokenizer.tok
-    for prompt, ids in zip(prompts(), chat_tokenizer.render(prompts()), strict=True):
+def test_template_reference_equals_apply_chat_template(tokenizer_dir: object) -> None:
+    """``render: template``: the data through the template as it is, nothing reshaped."""
+    chat = ChatTokenizer(str(tokenizer_dir), render="template")
+    tok = chat.tok
+    for prompt, ids in zip(prompts(), chat.render(prompts()), strict=True):
         expected = tok.apply_chat_template(
             prompt.messages, tools=prompt.tools, add_generation_prompt=True, tokenize=True,
             return_dict=False,
@@ -64,7 +70,12 @@ def test_special_token_must_be_one_token(chat_tokenizer: ChatTokenizer) -> None:
         chat_tokenizer.token_id("<thinking>")
 
 
-def test_fingerprint_is_stable(chat_tokenizer: ChatTokenizer) -> None:
-    fp = chat_tokenizer.fingerprint()
-    assert fp == chat_tokenizer.fingerprint()
-    assert len(fp["chat_template_sha256"]) == 64 and fp["vocab_size"] > 600
+def test_fingerprint_names_the_files_it_was_loaded_from(tokenizer_dir: Path) -> None:
+    """Checked against the tokenizer's own files, read here without transformers."""
+    fp = ChatTokenizer(str(tokenizer_dir)).fingerprint()
+    config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
+    template_sha = hashlib.sha256(config["chat_template"].encode()).hexdigest()
+    assert fp["chat_template_sha256"] == template_sha
+    tokenizer = json.loads((tokenizer_dir / "tokenizer.json").read_text())
+    ids = set(tokenizer["model"]["vocab"].values()) | {t["id"] for t in tokenizer["added_tokens"]}
+    assert fp["vocab_size"] == len(ids)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 
 REPO = Path(__file__).resolve().parents[2]
+TOKENIZER = REPO / "src" / "eagle3_datagen" / "assets" / "kimi-k2.5-mini"
 
 # What /server_info reports for one launch (a subset of SGLang 0.5.23's flat field list).
 SERVER_INFO: dict[str, Any] = {
@@ -98,3 +99,30 @@ def test_every_decision_is_written_down() -> None:
     doc = (REPO / "docs" / "fingerprint.md").read_text(encoding="utf-8")
     for name in [*CONTENT_SERVER_ARGS, *RUN_ONLY_SERVER_ARGS]:
         assert f"`{name}`" in doc, f"docs/fingerprint.md does not say why {name} is decided so"
+
+
+def test_switching_the_render_reference_is_a_named_refusal(tmp_path: Path) -> None:
+    """``model.render`` decides the prompt ids, so data of the other reference is refused."""
+    from eagle3_datagen.errors import OutputConflictError
+    from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+    from eagle3_datagen.write.guard import guard_output
+    from eagle3_datagen.write.manifest import write_manifest
+
+    def fingerprint(render: str) -> dict[str, Any]:
+        config = parse_config({
+            "model": {"path": str(TOKENIZER), "render": render},
+            "partitions": [{"name": "p", "input": "p.jsonl", "tier": "SHORT"}],
+        })  # fmt: skip
+        tok = ChatTokenizer(str(TOKENIZER), render=config.model.render)
+        return build_fingerprint(config, tok, SERVER_INFO, "0.5.23")
+
+    assert parse_config(
+        {"model": {"path": "m"}, "partitions": [{"name": "p", "input": "p", "tier": "SHORT"}]}
+    ).model.render == "sglang_chat"
+    chat, template = fingerprint("sglang_chat"), fingerprint("template")
+    assert diff_content(template["content"], chat["content"]) == [
+        "render: 'template' -> 'sglang_chat'"
+    ]
+    write_manifest(tmp_path, {"fingerprint": template, "partitions": {}})
+    with pytest.raises(OutputConflictError, match="render: 'template' -> 'sglang_chat'"):
+        guard_output(tmp_path, chat, ["p"])

@@ -40,6 +40,7 @@ def load_tokenizer(config: PipelineConfig) -> ChatTokenizer:
         config.model.tokenizer_dir,
         trust_remote_code=config.model.trust_remote_code,
         chat_template_kwargs=config.model.chat_template_kwargs,
+        render=config.model.render,
     )
 
 

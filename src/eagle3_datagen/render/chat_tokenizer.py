@@ -6,6 +6,10 @@ each prompt's template to text and encodes the whole batch in one call, which is
 ``apply_chat_template`` does internally, one prompt at a time. With a fast tokenizer that call
 goes straight to Rust; a Python tokenizer (Kimi-K2.5's remote-code tiktoken one) takes the
 tokenizer's own ``__call__``, which encodes the texts one by one.
+
+What reaches the template depends on the render reference (docs/render.md): ``sglang_chat`` (the
+default) first reshapes messages and tools as SGLang 0.5.23's ``/v1/chat/completions`` does
+(:mod:`eagle3_datagen.render.sglang_chat`); ``template`` hands the data to the template as it is.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import orjson
 
 from eagle3_datagen.errors import TokenizerError
 from eagle3_datagen.inputs.prompts import Prompt
+from eagle3_datagen.render import sglang_chat
+from eagle3_datagen.render.sglang_chat import RENDER_REFERENCES, RenderReference, SglangChatError
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +82,7 @@ def _load(path: str, trust_remote_code: bool) -> Any:
 
 
 class ChatTokenizer:
-    """A loaded tokenizer plus the chat-template kwargs of the run."""
+    """A loaded tokenizer plus the chat-template kwargs and render reference of the run."""
 
     def __init__(
         self,
@@ -84,8 +90,12 @@ class ChatTokenizer:
         *,
         trust_remote_code: bool = True,
         chat_template_kwargs: dict[str, Any] | None = None,
+        render: RenderReference = "sglang_chat",
     ) -> None:
+        if render not in RENDER_REFERENCES:
+            raise TokenizerError(f"render must be one of {RENDER_REFERENCES}, not {render!r}")
         self.path = path
+        self.reference: RenderReference = render
         self.tok = _load(path, trust_remote_code)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         if not getattr(self.tok, "chat_template", None):
@@ -102,9 +112,24 @@ class ChatTokenizer:
         return int(ids[0])
 
     def render_text(self, prompt: Prompt) -> str:
+        """The prompt's text: the template over the data (``template``) or over the request as
+        SGLang's chat path hands it to the template (``sglang_chat``)."""
+        if self.reference == "template":
+            return self._apply_template(prompt.messages, prompt.tools)
+        template = self.tok.chat_template
+        fmt = sglang_chat.content_format(template if isinstance(template, str) else str(template))
+        messages, tools = sglang_chat.prepare(prompt.messages, prompt.tools, fmt)
+        try:
+            return self._apply_template(messages, tools)
+        except Exception:  # SGLang renders once more with unwrapped tools (serving_chat.py:2205)
+            return self._apply_template(messages, sglang_chat.flat_tools(tools))
+
+    def _apply_template(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> str:
         text = self.tok.apply_chat_template(
-            prompt.messages,
-            tools=prompt.tools,
+            messages,
+            tools=tools,
             add_generation_prompt=True,
             tokenize=False,
             **self.chat_template_kwargs,
@@ -121,6 +146,8 @@ class ChatTokenizer:
                 texts.append(self.render_text(prompt))
                 slots.append(len(out))
                 out.append(RenderError("unrendered"))
+            except SglangChatError as err:
+                out.append(RenderError(f"SGLang's chat path refuses the request: {err}"))
             except Exception as err:  # jinja2 raises TemplateError, transformers ValueError, ...
                 out.append(RenderError(f"chat template failed: {err}"))
         if texts:
