@@ -116,9 +116,12 @@ def test_switching_the_render_reference_is_a_named_refusal(tmp_path: Path) -> No
         tok = ChatTokenizer(str(TOKENIZER), render=config.model.render)
         return build_fingerprint(config, tok, SERVER_INFO, "0.5.23")
 
-    assert parse_config(
-        {"model": {"path": "m"}, "partitions": [{"name": "p", "input": "p", "tier": "SHORT"}]}
-    ).model.render == "sglang_chat"
+    assert (
+        parse_config(
+            {"model": {"path": "m"}, "partitions": [{"name": "p", "input": "p", "tier": "SHORT"}]}
+        ).model.render
+        == "sglang_chat"
+    )
     chat, template = fingerprint("sglang_chat"), fingerprint("template")
     assert diff_content(template["content"], chat["content"]) == [
         "render: 'template' -> 'sglang_chat'"

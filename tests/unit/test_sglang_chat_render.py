@@ -1,0 +1,102 @@
+"""``render: sglang_chat`` against SGLang 0.5.23's own chat path, recorded: no SGLang needed here.
+
+``conformance/chat_render.py`` sent each request of its corpus to SGLang's real
+``POST /v1/chat/completions`` app (Kimi-K2.5's parsers, each bundled tokenizer) and recorded the
+prompt ids SGLang built, or its refusal. Every recorded request must render here to exactly
+those ids, or be a named reject where SGLang refused it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from conformance.chat_render import corpus
+from eagle3_datagen.inputs.prompts import Prompt
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
+
+REPO = Path(__file__).resolve().parents[2]
+RECORDED = REPO / "tests" / "fixtures" / "sglang-0.5.23" / "chat_render"
+ASSETS = REPO / "src" / "eagle3_datagen" / "assets"
+TOKENIZERS = ("kimi-k2.5-mini", "kimi-k2.5-tiktoken")
+
+
+def recording(asset: str) -> dict[str, Any]:
+    return dict(json.loads((RECORDED / f"{asset}.json").read_text(encoding="utf-8")))
+
+
+def render_all(asset: str, render: str, cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each case's render (ids or RenderError), the cases grouped by their template kwargs."""
+    groups: dict[bytes, list[dict[str, Any]]] = defaultdict(list)
+    for case in cases:
+        kwargs = case["request"].get("chat_template_kwargs") or {}
+        groups[orjson.dumps(kwargs, option=orjson.OPT_SORT_KEYS)].append(case)
+    out: dict[str, Any] = {}
+    for key, group in groups.items():
+        tok = ChatTokenizer(str(ASSETS / asset), chat_template_kwargs=orjson.loads(key),
+                            render=render)  # type: ignore[arg-type]  # fmt: skip
+        prompts = [Prompt(c["name"], i, c["request"]["messages"], c["request"].get("tools"))
+                   for i, c in enumerate(group)]  # fmt: skip
+        out.update(zip([c["name"] for c in group], tok.render(prompts), strict=True))
+    return out
+
+
+@pytest.mark.parametrize("asset", TOKENIZERS)
+def test_every_recorded_request_renders_as_sglang_built_it(asset: str) -> None:
+    cases = recording(asset)["cases"]
+    assert len(cases) >= 200
+    rendered = render_all(asset, "sglang_chat", cases)
+    wrong = []
+    for case in cases:
+        got = rendered[case["name"]]
+        if case["status"] == 200 and got != case["prompt_ids"]:
+            wrong.append(f"{case['name']}: ids differ")
+        elif case["status"] != 200 and not isinstance(got, RenderError):
+            wrong.append(f"{case['name']}: SGLang refused it ({case['status']}), we rendered it")
+    assert not wrong, f"{len(wrong)} of {len(cases)} differ from SGLang: {wrong[:10]}"
+
+
+@pytest.mark.parametrize("asset", TOKENIZERS)
+def test_the_recording_is_of_the_current_corpus(asset: str) -> None:
+    """Rerun ``conformance/chat_render.py`` when the corpus changes (its requests are here)."""
+    recorded = [[c["name"], c["request"]] for c in recording(asset)["cases"]]
+    assert recorded == json.loads(json.dumps(corpus(), ensure_ascii=False))
+
+
+def test_the_corpus_holds_what_agents_send() -> None:
+    """Tools declared, data histories with tool calls (string and object arguments, parallel
+    calls, tool results), multi-turn chats, all_turns histories of regenerated tool-call
+    turns, and requests SGLang refuses."""
+    cases = recording("kimi-k2.5-mini")["cases"]
+    ok = [c["request"] for c in cases if c["status"] == 200]
+    calls = [(m, tc) for r in ok for m in r["messages"] for tc in m.get("tool_calls") or []]
+    assert sum(bool(r.get("tools")) for r in ok) >= 100
+    assert sum(isinstance(tc["function"]["arguments"], str) for _, tc in calls) >= 100
+    assert sum(isinstance(tc["function"]["arguments"], dict) for _, tc in calls) >= 20
+    assert sum(len(m["tool_calls"]) > 1 for m, _ in calls) >= 20
+    assert sum(m["role"] == "tool" for r in ok for m in r["messages"]) >= 100
+    assert sum(sum(m["role"] == "user" for m in r["messages"]) >= 3 for r in ok) >= 50
+    regenerated = [tc for _, tc in calls if tc["id"].startswith("functions.")]
+    assert len(regenerated) >= 100
+    assert sum(c["status"] != 200 for c in cases) >= 3
+
+
+@pytest.mark.parametrize("asset", TOKENIZERS)
+def test_the_data_as_it_is_differs_where_sglang_reshapes(asset: str) -> None:
+    """``render: template`` (the data through the template unchanged) misses SGLang's ids on
+    every prompt with tools (their dumps add ``defer_loading``/``description`` as null) and on
+    string tool-call arguments in a non-``tojson`` spelling; plain chats are the same."""
+    cases = [c for c in recording(asset)["cases"] if c["status"] == 200]
+    raw = render_all(asset, "template", cases)
+    for case in cases:
+        request = case["request"]
+        same = raw[case["name"]] == case["prompt_ids"]
+        if request.get("tools"):
+            assert not same, case["name"]
+        elif case["name"].startswith("chat_"):
+            assert same, case["name"]
