@@ -138,16 +138,16 @@ def _tool_turns(
     extracts them); otherwise as data sets write them (``call_*`` ids, any argument spelling).
     """
     chosen = [rng.choice(names) for _ in range(calls)]
+    tool_calls: list[dict[str, Any]] = []
     if regenerated:
-        tool_calls = []
         for i, name in enumerate(chosen):
             _, value = _arguments(rng)
             tool_calls.append({"id": f"functions.{name}:{counter[0] + i}", "index": i,
                                "type": "function",
                                "function": {"name": name, "arguments": json.dumps(
                                    value, ensure_ascii=False)}})  # fmt: skip
-        content = rng.choice(["", "Let me check."])
-        assistant: dict[str, Any] = {"role": "assistant", "content": content,
+        said = rng.choice(["", "Let me check."])
+        assistant: dict[str, Any] = {"role": "assistant", "content": said,
                                      "reasoning_content": _text(rng, 6),
                                      "tool_calls": tool_calls}  # fmt: skip
     else:
