@@ -1,0 +1,86 @@
+"""``pip install .`` into a fresh virtual environment, then every command from there, away from
+the checkout: the installed names, the entry point, and the alarm automation read from the
+package's own data (not from a checkout that a wheel install does not have)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import REPO
+from tests.support.prefect import Hook, PrefectServer, notification_block
+
+pytestmark = pytest.mark.slow
+
+COMMANDS = [
+    [],
+    ["run"],
+    ["demo"],
+    ["validate"],
+    ["export"],
+    ["failures"],
+    ["alarm"],
+    ["alarm", "install"],
+    ["emulator"],
+]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with the project installed from the checkout as a wheel; returns its bin/."""
+    venv = tmp_path_factory.mktemp("wheel") / "venv"
+    uv = shutil.which("uv")
+    if uv:  # the same install as pip's, from uv's cache: seconds instead of minutes
+        subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+        install = [uv, "pip", "install", "-q", "--python", str(venv / "bin/python"), str(REPO)]
+    else:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        install = [str(venv / "bin/python"), "-m", "pip", "install", "-q", str(REPO)]
+    subprocess.run(install, check=True, timeout=600)
+    return venv / "bin"
+
+
+def test_the_wheel_installs_only_the_projects_names(installed: Path):
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = subprocess.run([str(installed / "python"), "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+    names = {p.name for p in Path(site).iterdir() if (p / "__init__.py").exists()}
+    ours = {n for n in names if n.startswith(("eagle3_datagen", "sglang_emulator"))}
+    assert ours == {"eagle3_datagen", "eagle3_datagen_flows", "eagle3_datagen_tasks",
+                    "sglang_emulator"}  # fmt: skip
+    assert "flows" not in names and "tasks" not in names
+    assert (Path(site) / "eagle3_datagen_flows/automations/throughput-low.yaml").is_file()
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "top")
+def test_every_command_runs_from_the_wheel(installed: Path, tmp_path: Path, command: list[str]):
+    proc = subprocess.run([str(installed / "eagle3-datagen"), *command, "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "usage:" in proc.stdout.lower()
+
+
+def test_alarm_install_from_the_wheel(
+    installed: Path, tmp_path: Path, prefect_server: PrefectServer
+):
+    """The automation file comes with the package: created on a real Prefect server from a
+    directory that is not the checkout."""
+    srv = prefect_server
+    notification_block(srv, Hook().url)
+    proc = subprocess.run(
+        [str(installed / "eagle3-datagen"), "alarm", "install", "--block", "eagle3-alerts"],
+        cwd=tmp_path, env=srv.env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    try:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "notifies through" in proc.stdout
+        made = srv.post("/automations/filter")
+        assert [a["name"] for a in made] == ["eagle3-datagen throughput low"]
+    finally:  # the other e2e tests of this server expect no automation of their own making
+        for automation in srv.post("/automations/filter"):
+            httpx.delete(f"{srv.api}/automations/{automation['id']}", timeout=30).raise_for_status()
