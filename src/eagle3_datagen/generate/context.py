@@ -3,14 +3,17 @@
 The parent flow passes one :class:`RunContext` to every partition subflow as a parameter, so a
 partition uses exactly the live objects its run made (no registry to look them up in, nothing
 to miss). Prefect records a subflow's parameters as JSON; this model's JSON form is a summary
-of what the context holds (the objects themselves stay in the process).
+of what the context holds (the objects themselves stay in the process), and that summary
+validates back into a context: the same run key and server-wide limits, a fresh meter and no
+supervisor (nothing watches a server for a partition rerun on its own), so a partition subflow
+can be rerun from its own recorded parameters.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_serializer, model_validator
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.report.throughput import RunMeter
@@ -38,6 +41,19 @@ class RunContext(BaseModel):
             run_key=run_key,
             budget=ServerBudget(server.max_requests_in_flight, server.max_tokens_in_flight),
         )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_summary(cls, data: Any) -> Any:
+        """The recorded JSON form (see ``_summary``) back into live objects."""
+        if isinstance(data, dict) and "budget" not in data and "run_key" in data:
+            return {
+                "run_key": data["run_key"],
+                "budget": ServerBudget(
+                    data.get("max_requests_in_flight"), data.get("max_tokens_in_flight")
+                ),
+            }
+        return data
 
     @model_serializer
     def _summary(self) -> dict[str, Any]:

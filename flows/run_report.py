@@ -1,0 +1,222 @@
+"""What the parent flow shows in Prefect while and after it runs: the live progress table, the
+throughput alarm (log line, event, artifact), the failed-batches links, the data pictures and the
+summary table. The wording and the outcome policy are the library's (``report/``); this module
+only hands them to Prefect's artifact and event APIs, and no failure here fails a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import UUID
+
+from prefect import get_run_logger
+from prefect.artifacts import (
+    acreate_markdown_artifact,
+    acreate_progress_artifact,
+    acreate_table_artifact,
+    aupdate_progress_artifact,
+)
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+)
+from prefect.client.schemas.objects import FlowRun
+from prefect.events import emit_event
+from prefect.settings import PREFECT_UI_URL
+from prefect.states import State
+
+from eagle3_datagen.config import PipelineConfig, ThroughputAlarm
+from eagle3_datagen.report.data_picture import picture_description, picture_markdown
+from eagle3_datagen.report.dataset_card import refresh_dataset_card
+from eagle3_datagen.report.outcome import RunOutcome
+from eagle3_datagen.report.probe import Baseline, ThroughputProbe
+from eagle3_datagen.report.throughput import (
+    RunMeter,
+    ThroughputChange,
+    ThroughputWatch,
+    sample_interval,
+)
+from eagle3_datagen.report.ui import (
+    DATA_PREFIX,
+    FAILED_BATCHES_PREFIX,
+    RUN_PROGRESS_KEY,
+    SUMMARY_KEY,
+    THROUGHPUT_KEY,
+    progress_percent,
+    run_progress_markdown,
+    summary_description,
+    throughput_log_line,
+    throughput_markdown,
+)
+from eagle3_datagen_flows.partition import PROGRESS_EVERY_S
+from eagle3_datagen_flows.prefect_text import artifact_key, artifact_link, throughput_event
+
+
+async def _announce(change: ThroughputChange, flow_run: FlowRun, logger: Any) -> None:
+    """A throughput transition as a log line, a Prefect event and a markdown artifact."""
+    if change.kind == "low":
+        logger.warning(throughput_log_line(change))
+    else:
+        logger.info(throughput_log_line(change))
+    emit_event(
+        **throughput_event(
+            change,
+            flow_run_id=str(flow_run.id),
+            flow_run_name=flow_run.name,
+            flow_id=str(flow_run.flow_id),
+            deployment_id=str(flow_run.deployment_id) if flow_run.deployment_id else None,
+        )
+    )
+    await acreate_markdown_artifact(
+        throughput_markdown(change, flow_run.name),
+        key=THROUGHPUT_KEY,
+        description=change.summary(),
+    )
+
+
+async def _watch_throughput(
+    alarm: ThroughputAlarm, meter: RunMeter, flow_run: FlowRun, probed: list[Baseline]
+) -> None:
+    """Sample the run's output tokens until cancelled; announce each ok/low transition.
+
+    Without an expected rate, the run's own rate after the warm-up becomes the baseline
+    (logged, appended to ``probed`` for the summary)."""
+    start = time.monotonic()
+    watch = ThroughputWatch.from_config(alarm, start)
+    probe = ThroughputProbe.from_config(alarm, start)
+    if watch is None and probe is None:
+        return
+    logger = get_run_logger()
+    while True:
+        await asyncio.sleep(sample_interval(alarm.window_s))
+        now = time.monotonic()
+        if watch is None:
+            assert probe is not None
+            baseline = probe.observe(now, meter.total_tokens())
+            if baseline is not None:
+                logger.info(baseline.summary())
+                probed.append(baseline)
+                watch = probe.watch(alarm, now)
+            continue
+        change = watch.observe(now, meter.total_tokens())
+        if change is not None:
+            try:
+                await _announce(change, flow_run, logger)
+            except Exception as err:  # an alarm must never break the run it watches
+                logger.warning(f"throughput alarm could not be published: {err}")
+
+
+async def _failed_batch_links(states: dict[str, State[Any]]) -> dict[str, tuple[int, str]]:
+    """Per failed partition: (failed batches, link to its failed-batches table artifact)."""
+    links: dict[str, tuple[int, str]] = {}
+    ui_url = PREFECT_UI_URL.value()
+    async with get_client() as client:
+        for name, state in states.items():
+            sub_id = state.state_details.flow_run_id
+            if state.is_completed() or sub_id is None:
+                continue
+            found = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    key=ArtifactFilterKey(any_=[artifact_key(FAILED_BATCHES_PREFIX, name)]),
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[sub_id]),
+                ),
+                limit=1,
+            )
+            if found:
+                data = found[0].data
+                rows = json.loads(data) if isinstance(data, str) else data
+                links[name] = (len(rows or []), artifact_link(ui_url, str(found[0].id)))
+    return links
+
+
+class RunReport:
+    """The parent's artifacts for one run; reads the run's outcome and meter, never decides."""
+
+    def __init__(self, flow_run: FlowRun, outcome: RunOutcome, meter: RunMeter) -> None:
+        self.flow_run = flow_run
+        self.outcome = outcome
+        self.meter = meter
+        self.progress_id: UUID | None = None
+        self.probed: list[Baseline] = []  # the throughput probe's baseline, once measured
+        self.failed_links: dict[str, tuple[int, str]] = {}
+
+    async def open(self) -> None:
+        """The live progress table, one row per partition (all waiting)."""
+        self.progress_id = await acreate_progress_artifact(
+            0.0,
+            key=RUN_PROGRESS_KEY,
+            description=run_progress_markdown(self.meter, self.outcome.states),
+        )
+
+    async def _update_progress(self, states: dict[str, str]) -> None:
+        if self.progress_id is None:
+            return
+        done, total = self.meter.totals()
+        await aupdate_progress_artifact(
+            self.progress_id,
+            progress_percent(done, total),
+            description=run_progress_markdown(self.meter, states),
+        )
+
+    async def _watch_progress(self) -> None:
+        """Update the progress table until cancelled; a failed update (the Prefect API away
+        longer than its client retries) is skipped."""
+        while True:
+            await asyncio.sleep(PROGRESS_EVERY_S)
+            try:
+                await self._update_progress(self.outcome.states)
+            except Exception as err:
+                get_run_logger().warning(f"run progress artifact not updated: {err}")
+
+    @contextlib.asynccontextmanager
+    async def watching(self, alarm: ThroughputAlarm) -> AsyncIterator[None]:
+        """The throughput alarm and the progress table, live while the block runs."""
+        watchers = [
+            asyncio.create_task(_watch_throughput(alarm, self.meter, self.flow_run, self.probed)),
+            asyncio.create_task(self._watch_progress()),
+        ]
+        try:
+            yield
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watcher
+
+    async def publish_data(
+        self, config: PipelineConfig, manifest: dict[str, Any], states: dict[str, State[Any]]
+    ) -> None:
+        """Links to failed partitions' batch tables, a data picture per partition of this run
+        and the dataset card; reports must never fail a run that generated its data."""
+        try:
+            self.failed_links = await _failed_batch_links(states)
+            pictures = refresh_dataset_card(config.output_dir, manifest)
+            for name in self.outcome.names:
+                picture = pictures.get(name)
+                if picture is not None:
+                    await acreate_markdown_artifact(
+                        picture_markdown(picture),
+                        key=artifact_key(DATA_PREFIX, name),
+                        description=picture_description(picture),
+                    )
+        except Exception as err:
+            get_run_logger().warning(f"data picture or dataset card not written: {err}")
+
+    async def summary(self, output_dir: str) -> None:
+        """The summary table and the progress table's last word, whatever the outcome."""
+        try:
+            rows = self.outcome.summary_rows(output_dir, self.meter, self.failed_links)
+            description = summary_description(rows, output_dir)
+            await acreate_table_artifact(
+                rows, key=SUMMARY_KEY, description="; ".join([description, *map(str, self.probed)])
+            )
+            await self._update_progress(self.outcome.final_states())
+        except Exception as err:
+            get_run_logger().warning(f"run summary artifact not written: {err}")

@@ -1,0 +1,93 @@
+"""A run's outcome: which partitions completed, why the others did not, and which failure is the
+run's reason.
+
+The parent flow only records what happened (a partition's final state, a server lost for good,
+an exception that stopped the run, a manifest it could not write); this object decides what the
+run's final state, its manifest entries, its summary table and its progress table then say. One
+policy in one place, tested without an orchestrator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eagle3_datagen.errors import DatagenError, RunFailed, ServerLost
+from eagle3_datagen.report.throughput import RunMeter
+from eagle3_datagen.report.ui import (
+    failed_partition_entry,
+    run_failure_message,
+    stopped_reason,
+    summary_rows,
+)
+
+
+class RunOutcome:
+    """What happened to each partition of one run, and what the run says about it."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = list(names)
+        self.completed: set[str] = set()
+        self.errors: dict[str, str] = {}  # partition -> why it did not complete
+        self.results: dict[str, dict[str, Any]] = {}  # partition -> its manifest entry
+        # The progress table's state column; the live table reads it while the run runs.
+        self.states: dict[str, str] = {}
+        self.lost: str | None = None  # the server's last word when it went for good
+
+    def started(self) -> None:
+        self.states.update({name: "running" for name in self.names})
+
+    def partition_completed(self, name: str, summary: dict[str, Any]) -> None:
+        self.completed.add(name)
+        self.results[name] = {**summary, "status": "completed"}
+        self.states[name] = "completed"
+
+    def partition_failed(
+        self, name: str, state_type: str, reason: str, message: str | None
+    ) -> None:
+        """A partition whose subflow ended ``state_type`` (FAILED, CRASHED...) because of
+        ``reason`` (its state message without the orchestrator's preamble)."""
+        self.errors[name] = reason
+        self.results[name] = failed_partition_entry(name, state_type, message)
+        self.states[name] = state_type.lower()
+
+    def server_lost(self, message: str | None) -> None:
+        """The server went for good: it stopped every partition, so it is the run's reason."""
+        if message is not None:
+            self.lost = message
+
+    def stopped(self, err: BaseException) -> None:
+        """The run stopped on ``err``: every partition not completed says so, unless it already
+        has its own reason."""
+        for name in self.names:
+            if name not in self.completed:
+                self.errors.setdefault(name, stopped_reason(err))
+
+    def manifest_failure_is_consequence(self) -> bool:
+        """Whether a manifest that cannot be written is only a consequence (logged, a rerun
+        rewrites it) rather than the run's reason: a full disk fails a shard first, and that
+        shard's error is the reason."""
+        return bool(self.errors) or self.lost is not None
+
+    def final_states(self) -> dict[str, str]:
+        """The progress table's last word: a partition still "running" failed when the run
+        holds a reason for it, and did not run otherwise."""
+        final = {name: self.states.get(name, "not run") for name in self.names}
+        for name, state in final.items():
+            if state == "running":
+                final[name] = "failed" if name in self.errors else "not run"
+        return final
+
+    def summary_rows(
+        self, output_dir: str, meter: RunMeter, failed_batches: dict[str, tuple[int, str]]
+    ) -> list[dict[str, Any]]:
+        return summary_rows(
+            output_dir, self.names, self.completed, self.errors, meter, failed_batches
+        )
+
+    def failure(self) -> DatagenError | None:
+        """The run's one reason to fail, or None: a lost server over the partitions' own."""
+        if self.lost is not None:
+            return ServerLost(self.lost)
+        if self.errors:
+            return RunFailed(run_failure_message(self.errors, len(self.names)))
+        return None
