@@ -24,6 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.inputs.prompts import Prompt
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.report.data_picture import partition_picture, picture_markdown
 from eagle3_datagen.validate.dataset import validate_dataset
 from eagle3_datagen.write.export import export_dataset
@@ -227,6 +229,112 @@ async def test_samples_of_all_turns_and_the_offline_checks(
     marker = out.batch_summaries()[0]
     assert (marker.lines, marker.accepted, marker.rejected, marker.conversations) == (2, 6, 1, 2)
     assert marker.records_by_turn == {"0": 2, "1": 2, "2": 2}
+
+
+TIME_TOOL = {"type": "function", "function": {
+    "name": "get_time", "description": "Local time of a time zone.",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}}  # fmt: skip
+SEARCH_TOOL = {"type": "function", "function": {
+    "name": "web-search", "description": "Search the web.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}}  # fmt: skip
+
+
+def agent_conversation(cid: str) -> dict[str, Any]:
+    """Three tool-call turns, then the answer. The scripts make the model call what the data
+    calls, in the shapes SGLang's kimi_k2 parsers accept: an ordinary call; a section that ends
+    the reasoning without ``</think>``; a bare counter (``7``) for a dashed name."""
+    w, t, q = '{"city": "Paris"}', '{"zone": "CET"}', '{"query": "museums"}'
+    call = lambda i, name, args: {"id": i, "type": "function",  # noqa: E731
+                                  "function": {"name": name, "arguments": args}}  # fmt: skip
+    return {
+        "id": cid,
+        "tools": [WEATHER_TOOL, TIME_TOOL, SEARCH_TOOL],
+        "messages": [
+            {"role": "user", "content": f"Plan my afternoon in Paris. [[call get_weather {w}]]"},
+            {"role": "assistant", "content": "", "tool_calls": [call("w1", "get_weather", w)]},
+            {"role": "tool", "tool_call_id": "w1",
+             "content": f"18 C [[no-think-end]][[call get_time {t}]]"},
+            {"role": "assistant", "content": "",
+             "tool_calls": [call("t1", "get_time", {"zone": "CET"})]},
+            {"role": "tool", "tool_call_id": "t1", "content": f"14:05 [[call 7 {q}]]"},
+            {"role": "assistant", "content": "", "tool_calls": [call("s1", "web-search", q)]},
+            {"role": "tool", "tool_call_id": "s1", "content": "Louvre, Orsay"},
+            {"role": "assistant", "content": "Go to the Orsay."},
+        ],
+    }  # fmt: skip
+
+
+_SECTION = "<|tool_calls_section_begin|>"
+
+
+def served_from_output(
+    hf_tokenizer: Any, output_ids: list[int], tools: list[dict[str, Any]], earlier_calls: int
+) -> dict[str, Any]:
+    """The message SGLang's kimi_k2 parsers return, worked out here on the decoded text: the
+    reasoning ends at ``</think>`` or, without one, at the tool-call section; a bare counter
+    is named by the declared tool whose parameters hold the argument keys; ids count the
+    calls of the history."""
+    text = hf_tokenizer.decode(output_ids, skip_special_tokens=False).removesuffix("<|im_end|>")
+    if "</think>" in text:
+        reasoning, _, rest = text.partition("</think>")
+    else:
+        cut = text.index(_SECTION)
+        reasoning, rest = text[:cut], text[cut:]
+    content, _, section = rest.partition(_SECTION)
+    calls: list[dict[str, Any]] = []
+    for head, args in _CALL.findall(section):
+        head = head.strip()
+        if head.isdigit():
+            keys = set(json.loads(args))
+            [name] = [t["function"]["name"] for t in tools
+                      if keys <= set(t["function"]["parameters"]["properties"])]  # fmt: skip
+        else:
+            name = head.removeprefix("functions.").rsplit(":", 1)[0]
+        served_id = f"functions.{name}:{earlier_calls + len(calls)}"
+        calls.append({"id": served_id, "index": len(calls), "type": "function",
+                      "function": {"name": name, "arguments": args.strip()}})  # fmt: skip
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+async def test_all_turns_continue_through_three_tool_call_turns_in_sglangs_shapes(
+    tmp_path: Path, emulator_factory: Any, hf_tokenizer: Any
+) -> None:
+    emu = emulator_factory(*NO_RANDOM_TOOLS).wait_ready()
+    row = agent_conversation("agent")
+    out = await run_batches(_config(tmp_path, [row], regenerate="all_turns"), emu.url)
+
+    records = {r["id"]: r for r in _rows(out.shard_paths())}
+    assert not list(out.rejects_dir.glob("*.parquet"))
+    assert sorted(records) == [f"agent#t{k}" for k in range(4)]
+    turns = [records[f"agent#t{k}"] for k in range(4)]
+    assert all(r["stop_reason"] is None for r in turns)
+    assert turns[1]["think_end_index"] == -1  # the section ended the reasoning
+
+    # Each turn's prompt is the render of the data with the model's turns as SGLang returns
+    # them, and the data's tool results addressed to the ids SGLang returned.
+    tok = ChatTokenizer(str(TOKENIZER_DIR))
+    data, tools = row["messages"], row["tools"]
+    history: list[dict[str, Any]] = [data[0]]
+    names = []
+    for k, rec in enumerate(turns):
+        [expected] = tok.render([Prompt("agent", 1, history, tools)])
+        assert rec["prompt_ids"] == expected, f"turn {k}"
+        if k == 3:
+            break
+        earlier = sum(len(m.get("tool_calls", [])) for m in history if m["role"] == "assistant")
+        served = served_from_output(hf_tokenizer, rec["output_ids"], tools, earlier)
+        [served_call] = served["tool_calls"]
+        names.append((served_call["function"]["name"], served_call["id"]))
+        result = {**data[2 * k + 2], "tool_call_id": served_call["id"]}
+        history = [*history, served, result]
+    assert names == [("get_weather", "functions.get_weather:0"),
+                     ("get_time", "functions.get_time:1"),
+                     ("web-search", "functions.web-search:2")]  # fmt: skip
 
 
 def _sent_since(ledger: Path, base: int, n: int) -> bool:
