@@ -317,7 +317,7 @@ async def test_all_turns_continue_through_three_tool_call_turns_in_sglangs_shape
 
     # Each turn's prompt is the render of the data with the model's turns as SGLang returns
     # them, and the data's tool results addressed to the ids SGLang returned.
-    tok = ChatTokenizer(str(TOKENIZER_DIR))
+    tok = ChatTokenizer(str(TOKENIZER_DIR), render="template")  # as _config renders
     data, tools = row["messages"], row["tools"]
     history: list[dict[str, Any]] = [data[0]]
     names = []

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from eagle3_datagen.config import SpecialTokens, ValidationPolicy
+from eagle3_datagen.inputs.prompts import Prompt
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.sglang.chat_response import ChatRequest, served_message
@@ -69,6 +70,13 @@ def test_the_message_is_sglangs(
     )
     assert message == case["message"], case["about"]
     assert len(calls or []) == len(case["message"].get("tool_calls", []))
+    # The prompt SGLang built for the request is also what render: sglang_chat builds.
+    render = ChatTokenizer(
+        str(ASSETS / tokenizer), chat_template_kwargs=request.chat_template_kwargs
+    )
+    assert render.render([Prompt("case", 1, req["messages"], req.get("tools"))]) == [
+        case["prompt_ids"]
+    ]
 
 
 @pytest.mark.parametrize(("tokenizer", "case"), CASES, ids=[f"{t}-{c['name']}" for t, c in CASES])
