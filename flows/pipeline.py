@@ -126,7 +126,8 @@ async def _run_partitions(
             for name in names
         )
     )
-    outcome.server_lost(srv.supervisor.failed if srv.supervisor is not None else None)
+    # A fault no retry can fix stopped every partition: that is the run's one reason.
+    outcome.stopped_by(srv.supervisor.error() if srv.supervisor.failed else None)
     states = dict(zip(names, final, strict=True))
     for name, state in states.items():
         if state.is_completed():

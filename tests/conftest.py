@@ -33,8 +33,8 @@ def emulator_factory(tmp_path: Path) -> Iterator[Callable[..., EmulatorProcess]]
     """Starts emulator processes (logs under ``tmp_path``) and stops them all at teardown."""
     started: list[EmulatorProcess] = []
 
-    def start(*flags: str, ledger: Path | None = None) -> EmulatorProcess:
-        emu = EmulatorProcess(*flags, ledger=ledger, log_dir=tmp_path)
+    def start(*flags: str, ledger: Path | None = None, port: int | None = None) -> EmulatorProcess:
+        emu = EmulatorProcess(*flags, ledger=ledger, log_dir=tmp_path, port=port)
         started.append(emu)
         return emu
 

@@ -12,7 +12,10 @@ Our exception hierarchy::
     ├── DatasetError           a finished dataset cannot be read back (validate, export)
     ├── ServerError            the server is unusable: the run cannot go on
     │   ├── ServerStartupError     died or never became healthy
-    │   ├── ServerLost             gone for good mid-run: attached, or after max_relaunches
+    │   ├── ServerLost             gone for good mid-run: attached, a whole pool, or after
+    │   │                          max_relaunches
+    │   ├── AuthenticationError    the server refuses our API key (HTTP 401/403); also a
+    │   │                          RequestError (it carries the status)
     │   └── PreflightError         up, but configured against our needs (e.g. reasoning parser)
     ├── RequestError           one /generate request failed
     │   ├── RetryableRequestError  transport error, timeout, 429, 5xx: try again
@@ -26,8 +29,10 @@ Our exception hierarchy::
         └── FanOutFailed           some partition jobs of a fan-out did not complete
 
 Prefect retries a batch only when :func:`retry_can_fix` says so: requests that used up their
-tries against a flaky server may succeed later; a server lost for good, a full disk or a bad
-input file will not, so those fail the run at once.
+tries against a flaky server may succeed later; a server lost for good, a refused API key, a
+full or read-only disk, an input file gone or changed will not. Such a cause
+(:func:`final_cause`) stops the whole run, every partition, at once: see
+``sglang/supervisor.py`` (the run's one stop).
 
 Per-line input problems and chat-template failures are not exceptions: they become reject
 records (see ``write/records.py``; the renderer returns a ``RenderError`` value per prompt).
@@ -95,6 +100,11 @@ class RequestError(DatagenError):
         self.status = status
 
 
+class AuthenticationError(RequestError, ServerError):
+    """The server refused our API key (HTTP 401/403): every request will be refused alike, so
+    no retry can help; a key rotated under a running run stops it."""
+
+
 class RetryableRequestError(RequestError):
     """A transient failure: connection refused or reset, timeout, HTTP 429 or 5xx."""
 
@@ -140,6 +150,7 @@ _RETRYABLE: tuple[type[BaseException], ...] = (RetriesExhaustedError, RetryableR
 # What no retry can fix, wherever it sits in the chain of causes.
 _FINAL: tuple[type[BaseException], ...] = (
     ServerLost,
+    AuthenticationError,
     OutputWriteError,
     OutputConflictError,
     OutputLockedError,
@@ -149,12 +160,7 @@ _FINAL: tuple[type[BaseException], ...] = (
 )
 
 
-def retry_can_fix(err: BaseException) -> bool:
-    """Whether retrying the batch that raised ``err`` can succeed, from its chain of causes.
-
-    Only request failures are worth another try; anything else (a lost server, a full disk, a
-    bug) would fail again after the retry delay, only later.
-    """
+def _chain(err: BaseException) -> list[BaseException]:
     seen: set[int] = set()
     chain: list[BaseException] = []
     cur: BaseException | None = err
@@ -162,6 +168,30 @@ def retry_can_fix(err: BaseException) -> bool:
         seen.add(id(cur))
         chain.append(cur)
         cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
+    return chain
+
+
+def final_cause(err: BaseException) -> DatagenError | None:
+    """The error in ``err``'s chain of causes that no retry can fix (the first such), or None.
+
+    Such a cause fails every batch of every partition alike (a lost server, a refused key, a
+    full disk, a changed input), so the run stops at the first one instead of failing its
+    batches one by one.
+    """
+    for e in _chain(err):
+        if isinstance(e, _FINAL):
+            assert isinstance(e, DatagenError)
+            return e
+    return None
+
+
+def retry_can_fix(err: BaseException) -> bool:
+    """Whether retrying the batch that raised ``err`` can succeed, from its chain of causes.
+
+    Only request failures are worth another try; anything else (a lost server, a full disk, a
+    bug) would fail again after the retry delay, only later.
+    """
+    chain = _chain(err)
     if any(isinstance(e, _FINAL) for e in chain):
         return False
     return any(isinstance(e, _RETRYABLE) for e in chain)

@@ -22,7 +22,11 @@ import orjson
 import pytest
 
 from eagle3_datagen.config import RetryPolicy
-from eagle3_datagen.errors import RejectedRequestError, RetryableRequestError
+from eagle3_datagen.errors import (
+    AuthenticationError,
+    RejectedRequestError,
+    RetryableRequestError,
+)
 from eagle3_datagen.sglang.client import SGLangClient, request_id
 from eagle3_datagen.sglang.requests import generate_with_retries
 from tests.support import free_port, wait_until
@@ -123,7 +127,8 @@ async def test_generate_sends_ids_sampling_rid_and_key_on_one_connection() -> No
         (503, b'{"object": "error", "message": "The request queue is full.", "code": 503}',
          RetryableRequestError, "HTTP 503: The request queue is full."),
         (500, b"Internal Server Error", RetryableRequestError, "HTTP 500"),
-        (401, b'{"error": "Unauthorized"}', RetryableRequestError, "check the API key"),
+        (401, b'{"error": "Unauthorized"}', AuthenticationError, "refused the API key"),
+        (403, b'{"error": "Forbidden"}', AuthenticationError, "HTTP 403: the server refused"),
     ],
 )  # fmt: skip
 async def test_status_maps_to_reject_or_retry(

@@ -30,8 +30,9 @@ class EmulatorProcess:
         ledger: Path | None = None,
         log_dir: Path | None = None,
         model_path: Path = TOKENIZER_DIR,
+        port: int | None = None,
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()  # a given port: a server restarted where it was
         self.url = f"http://127.0.0.1:{self.port}"
         self._tmp = None if log_dir is not None else tempfile.mkdtemp(prefix="emulator-")
         logs = log_dir if log_dir is not None else Path(self._tmp or ".")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3_datagen.errors import RunFailed, ServerLost
+from eagle3_datagen.errors import OutputWriteError, RunFailed, ServerLost
 from eagle3_datagen.report.outcome import RunOutcome
 from eagle3_datagen.report.throughput import RunMeter
 
@@ -40,22 +40,22 @@ def test_failed_partitions_are_the_runs_reason_each_named():
     assert outcome.manifest_failure_is_consequence()
 
 
-def test_a_lost_server_is_the_runs_one_reason_over_the_partitions_own():
+def test_the_stopping_fault_is_the_runs_one_reason_over_the_partitions_own():
     outcome = RunOutcome(["a", "b"])
     outcome.started()
     outcome.partition_failed("a", "FAILED", "server lost", None)
     outcome.partition_failed("b", "FAILED", "server lost", None)
-    outcome.server_lost(None)  # a supervisor with nothing to say changes nothing
+    outcome.stopped_by(None)  # a supervisor with nothing to say changes nothing
     assert isinstance(outcome.failure(), RunFailed)
-    outcome.server_lost("server http://h:1 lost after 3 relaunches")
+    outcome.stopped_by(ServerLost("server http://h:1 lost after 3 relaunches"))
     failure = outcome.failure()
     assert isinstance(failure, ServerLost)
     assert str(failure) == "server http://h:1 lost after 3 relaunches"
 
 
-def test_a_lost_server_alone_makes_the_manifest_failure_a_consequence():
+def test_a_stopping_fault_alone_makes_the_manifest_failure_a_consequence():
     outcome = RunOutcome(["a"])
-    outcome.server_lost("gone")
+    outcome.stopped_by(OutputWriteError("/out/p/part-00001.parquet: cannot write: No space left"))
     assert outcome.manifest_failure_is_consequence()
 
 

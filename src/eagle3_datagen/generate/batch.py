@@ -23,7 +23,6 @@ from eagle3_datagen.errors import (
     RejectedRequestError,
     RetriesExhaustedError,
     ServerError,
-    ServerLost,
 )
 from eagle3_datagen.generate.conversation import (
     STOP_REJECTED,
@@ -122,7 +121,18 @@ class PartitionRunner:
         )
 
     async def run_batch(self, spec: BatchSpec) -> BatchSummary:
-        """Process one batch end to end, or return its summary if it was committed before."""
+        """Process one batch end to end, or return its summary if it was committed before.
+
+        A failure no retry can fix (``errors.final_cause``) stops the whole run: every
+        partition, at once (``ServerSupervisor.stop``)."""
+        try:
+            return await self._run_batch(spec)
+        except Exception as err:
+            if self.supervisor is not None:
+                self.supervisor.stop(err)
+            raise
+
+    async def _run_batch(self, spec: BatchSpec) -> BatchSummary:
         self.raise_if_server_lost()
         self.progress.attempt(spec.index)
         self._batch_run[spec.index] = f"{self.run_id}-{secrets.token_hex(2)}"
@@ -402,9 +412,10 @@ class PartitionRunner:
         )
 
     def raise_if_server_lost(self) -> None:
-        """A batch must not start once the server is gone for good (no request could succeed)."""
-        if self.supervisor is not None and self.supervisor.failed:
-            raise ServerLost(self.supervisor.failed)
+        """A batch must not start once the run has stopped (the server gone for good, or any
+        other cause no retry can fix): it raises the stopping cause's error."""
+        if self.supervisor is not None:
+            self.supervisor.raise_if_stopped()
 
     def _too_long(self, prompt_len: int) -> str | None:
         if self.context_length is None:

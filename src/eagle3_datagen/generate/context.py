@@ -28,8 +28,8 @@ class RunContext(BaseModel):
 
     run_key: str
     budget: InstanceOf[ServerBudget]
-    # None where nothing supervises the server: a pool of servers fails over by itself, and a
-    # standalone partition run has no server session.
+    # The run's one stop and lost-server watch (for a pool too); None for a standalone
+    # partition run, which has no server session.
     supervisor: InstanceOf[ServerSupervisor] | None = None
     meter: InstanceOf[RunMeter] = Field(default_factory=RunMeter)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,9 @@ class BatchSpec:
     # What the batch is made of (file, lines, their bytes, which of them repeat an earlier id):
     # its commit marker counts for a rerun only while this is unchanged (set by ``scan_input``).
     key: str = ""
+    # The digest of its bytes (rows) when planned: a batch read later must read the same, or
+    # the input changed under the running partition (set by ``scan_input``; "" checks nothing).
+    digest: str = ""
 
     @property
     def label(self) -> str:
@@ -121,11 +124,41 @@ def _plan_parquet(partition: str, path: Path, batch_size: int) -> Iterator[Batch
         yield BatchSpec(partition, index, str(path), start, stop, start + 1, stop - start)
 
 
+def bytes_digest(data: bytes) -> str:
+    """The digest of a JSONL batch's bytes (what ``BatchSpec.digest`` holds)."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def rows_digest(rows: Iterable[dict[str, Any]]) -> str:
+    """The digest of a Parquet batch's rows (what ``BatchSpec.digest`` holds)."""
+    h = hashlib.blake2b(digest_size=16)
+    for row in rows:
+        h.update(orjson.dumps(row, option=orjson.OPT_SORT_KEYS, default=str))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
 def read_batch(spec: BatchSpec) -> list[tuple[int, bytes | dict[str, Any]]]:
-    """The batch's items as ``(line_number, raw line bytes)`` or ``(row_number, row dict)``."""
+    """The batch's items as ``(line_number, raw line bytes)`` or ``(row_number, row dict)``.
+
+    Raises InputFileError when the file is gone, or when the batch no longer reads what was
+    planned (the input changed under the running partition: no retry can fix that)."""
+    items: list[tuple[int, bytes | dict[str, Any]]]
     if is_parquet(spec.path):
-        return _read_parquet_rows(spec)
-    return split_lines(spec, read_range(spec))
+        items = _read_parquet_rows(spec)
+        got = rows_digest(row for _, row in items if isinstance(row, dict)) if spec.digest else ""
+    else:
+        data = read_range(spec)
+        items = split_lines(spec, data)
+        got = bytes_digest(data) if spec.digest else ""
+    if got != spec.digest:
+        last = spec.first_line + spec.count - 1
+        raise InputFileError(
+            f"{spec.path}: changed while partition {spec.partition!r} was running (lines "
+            f"{spec.first_line}-{last} differ from what was planned); rerun to pick up the "
+            "change (committed batches of unchanged lines are kept)"
+        )
+    return items
 
 
 def read_range(spec: BatchSpec) -> bytes:
@@ -149,7 +182,10 @@ def split_lines(spec: BatchSpec, data: bytes) -> list[tuple[int, bytes | dict[st
 def _read_parquet_rows(spec: BatchSpec) -> list[tuple[int, bytes | dict[str, Any]]]:
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(spec.path)
+    try:
+        pf = pq.ParquetFile(spec.path)
+    except OSError as err:
+        raise InputFileError(f"{spec.path}: cannot read input: {err.strerror or err}") from None
     out: list[tuple[int, bytes | dict[str, Any]]] = []
     row0 = 0
     for rg in range(pf.num_row_groups):

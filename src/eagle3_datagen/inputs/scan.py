@@ -23,11 +23,13 @@ from eagle3_datagen.inputs.prompts import (
     BatchSpec,
     DuplicateFinder,
     Prompt,
+    bytes_digest,
     is_parquet,
     parse_prompt,
     plan_batches,
     read_batch,
     read_range,
+    rows_digest,
     split_lines,
 )
 
@@ -81,23 +83,20 @@ def scan_input(partition: str, path: str | Path, batch_size: int) -> InputScan:
     whole = hashlib.sha256()
     parquet = is_parquet(path)
     for spec in plan_batches(partition, path, batch_size):
-        h = hashlib.blake2b(digest_size=16)
         if parquet:
             items = read_batch(spec)
-            for _, row in items:
-                h.update(orjson.dumps(row, option=orjson.OPT_SORT_KEYS, default=str))
-                h.update(b"\n")
+            digest = rows_digest(row for _, row in items if isinstance(row, dict))
         else:
             data = read_range(spec)
             whole.update(data)
-            h.update(data)
+            digest = bytes_digest(data)
             items = split_lines(spec, data)
         for line, raw in items:
             parsed = parse_prompt(raw, line)
             if isinstance(parsed, Prompt):
                 finder.add(parsed.id, line)
         specs.append(spec)
-        digests.append(h.hexdigest())
+        digests.append(digest)
     duplicates = finder.duplicates()
     by_batch: list[dict[int, int]] = [{} for _ in specs]
     if duplicates:
@@ -107,7 +106,7 @@ def scan_input(partition: str, path: str | Path, batch_size: int) -> InputScan:
         for line, first in duplicates.items():
             by_batch[bisect.bisect_right(starts, line) - 1][line] = first
     batches = [
-        dataclasses.replace(spec, key=batch_key(spec, digest, dups))
+        dataclasses.replace(spec, key=batch_key(spec, digest, dups), digest=digest)
         for spec, digest, dups in zip(specs, digests, by_batch, strict=True)
     ]
     info = InputInfo(

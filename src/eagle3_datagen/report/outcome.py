@@ -1,7 +1,7 @@
 """A run's outcome: which partitions completed, why the others did not, and which failure is the
 run's reason.
 
-The parent flow only records what happened (a partition's final state, a server lost for good,
+The parent flow only records what happened (a partition's final state, the fault that stopped
 an exception that stopped the run, a manifest it could not write); this object decides what the
 run's final state, its manifest entries, its summary table and its progress table then say. One
 policy in one place, tested without an orchestrator.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3_datagen.errors import DatagenError, RunFailed, ServerLost
+from eagle3_datagen.errors import DatagenError, RunFailed
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import (
     failed_partition_entry,
@@ -31,7 +31,9 @@ class RunOutcome:
         self.results: dict[str, dict[str, Any]] = {}  # partition -> its manifest entry
         # The progress table's state column; the live table reads it while the run runs.
         self.states: dict[str, str] = {}
-        self.lost: str | None = None  # the server's last word when it went for good
+        # The first fault no retry can fix (a server lost for good, a full disk...): it stopped
+        # every partition.
+        self.stop: DatagenError | None = None
 
     def started(self) -> None:
         self.states.update({name: "running" for name in self.names})
@@ -50,10 +52,11 @@ class RunOutcome:
         self.results[name] = failed_partition_entry(name, state_type, message)
         self.states[name] = state_type.lower()
 
-    def server_lost(self, message: str | None) -> None:
-        """The server went for good: it stopped every partition, so it is the run's reason."""
-        if message is not None:
-            self.lost = message
+    def stopped_by(self, error: DatagenError | None) -> None:
+        """A fault no retry can fix stopped every partition (the server lost for good, a full
+        disk, a changed input, a refused key): it is the run's reason."""
+        if error is not None:
+            self.stop = error
 
     def stopped(self, err: BaseException) -> None:
         """The run stopped on ``err``: every partition not completed says so, unless it already
@@ -66,7 +69,7 @@ class RunOutcome:
         """Whether a manifest that cannot be written is only a consequence (logged, a rerun
         rewrites it) rather than the run's reason: a full disk fails a shard first, and that
         shard's error is the reason."""
-        return bool(self.errors) or self.lost is not None
+        return bool(self.errors) or self.stop is not None
 
     def final_states(self) -> dict[str, str]:
         """The progress table's last word: a partition still "running" failed when the run
@@ -85,9 +88,10 @@ class RunOutcome:
         )
 
     def failure(self) -> DatagenError | None:
-        """The run's one reason to fail, or None: a lost server over the partitions' own."""
-        if self.lost is not None:
-            return ServerLost(self.lost)
+        """The run's one reason to fail, or None: the fault that stopped the run over the
+        partitions' own."""
+        if self.stop is not None:
+            return self.stop
         if self.errors:
             return RunFailed(run_failure_message(self.errors, len(self.names)))
         return None

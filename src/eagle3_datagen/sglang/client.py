@@ -27,7 +27,11 @@ import orjson
 from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 
-from eagle3_datagen.errors import RejectedRequestError, RetryableRequestError
+from eagle3_datagen.errors import (
+    AuthenticationError,
+    RejectedRequestError,
+    RetryableRequestError,
+)
 
 # uvicorn (SGLang's HTTP server) closes idle connections after 5 s; reusing one it is closing
 # produces spurious "server disconnected" errors, so expire ours first.
@@ -105,7 +109,8 @@ def _error_message(body: bytes) -> str:
 
 
 def raise_for_generate_status(status: int, body: bytes) -> None:
-    """Map an HTTP status to our error types: 4xx rejects the prompt, 429/5xx are retried.
+    """Map an HTTP status to our error types: 4xx rejects the prompt, 429/5xx are retried,
+    401/403 (a refused API key) stops the run.
 
     A 400 for a duplicate rid is retried too: the next try has another rid, and the prompt was
     never looked at.
@@ -116,8 +121,12 @@ def raise_for_generate_status(status: int, body: bytes) -> None:
     if status in RETRYABLE_STATUS or (status == 400 and _DUPLICATE_RID in message.lower()):
         raise RetryableRequestError(f"HTTP {status}: {message}", status=status)
     if status in (401, 403):
-        # Not the prompt's fault: a wrong key fails every request, so fail loudly.
-        raise RetryableRequestError(f"HTTP {status} (check the API key): {message}", status=status)
+        # Not the prompt's fault: a wrong key fails every request alike, so the run stops.
+        raise AuthenticationError(
+            f"HTTP {status}: the server refused the API key (check server.api_key_env or "
+            f"server.api_key_secret): {message}",
+            status=status,
+        )
     raise RejectedRequestError(f"HTTP {status}: {message}", status=status)
 
 

@@ -4,7 +4,8 @@ Transient failures (transport errors, timeouts, 429, 5xx, an ``abort`` finish) a
 exponential backoff and jitter. A 4xx is the prompt's fault: :class:`RejectedRequestError` goes
 to the caller at once, never retried. A server that is gone for good (:class:`ServerError`)
 also goes to the caller. Anything that only limits the request (a concurrency semaphore, the
-server-wide budget, the lost-server supervisor) is optional, so a single request (e.g. a
+server-wide budget, the lost-server supervisor, which also cancels the request when the run
+stops) is optional, so a single request (e.g. a
 pre-flight smoke request) follows the same policy as the batches do.
 """
 
@@ -75,7 +76,10 @@ async def generate_with_retries(
                     else contextlib.nullcontext()
                 ):
                     try_rid = rid(attempt) if callable(rid) else f"{rid}:{attempt}"
-                    result = await client.generate(input_ids, sampling, try_rid)
+                    request = client.generate(input_ids, sampling, try_rid)
+                    result = await (
+                        supervisor.guard(request) if supervisor is not None else request
+                    )
                 if budget is not None and result.num_retractions:
                     budget.retractions_reported += result.num_retractions
         except RetryableRequestError as err:

@@ -8,12 +8,16 @@ gate and checks, waits for a lost server to come back, and never stops a server 
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.errors import ServerError
 from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.concurrency import ConcurrencyController
@@ -25,6 +29,30 @@ from eagle3_datagen.sglang.pool import split_urls
 from eagle3_datagen.sglang.preflight import ServerFacts, preflight
 from eagle3_datagen.sglang.process import ServerProcess, server_state_dir
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
+
+
+async def _gate_any(
+    gate: Callable[[float, str], Coroutine[Any, Any, ServerFacts]],
+    urls: list[str],
+    deadline_s: float,
+) -> ServerFacts:
+    """A pool is back when any of its servers passes the gate within the deadline (the pool
+    sets aside the others by itself); raises ServerError when none does."""
+    tasks = [asyncio.create_task(gate(deadline_s, one)) for one in urls]
+    errors: list[str] = []
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            try:
+                return await next_done
+            except ServerError as err:
+                errors.append(str(err))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    raise ServerError(
+        f"none of the {len(urls)} servers passed the health gate: " + "; ".join(errors)
+    )
 
 
 def _free_port(host: str) -> int:
@@ -41,9 +69,9 @@ class ServerSession:
     facts: ServerFacts
     launched: bool
     # What the run's requests go through: the server-wide budget, and the supervisor that
-    # notices a lost server (None for several servers: the pool fails over by itself).
+    # notices a lost server (for a pool: every server of it lost) and is the run's one stop.
     budget: ServerBudget
-    supervisor: ServerSupervisor | None
+    supervisor: ServerSupervisor
     display_cmd: str | None
     log_path: str | None
 
@@ -122,14 +150,15 @@ async def open_server(
             logger.warning(f"stopped {len(reaped)} server(s) left behind by killed runs: {reaped}")
         relaunch = launch
 
+    urls = split_urls(url)
     supervisor = ServerSupervisor(
-        check=gate,
+        check=gate if len(urls) == 1 else partial(_gate_any, gate, urls),
         relaunch=relaunch,
         logger=logger,
         failure_threshold=server.lost_after_failures,
         max_relaunches=server.max_relaunches,
         check_deadline_s=server.recovery_check_s,
-        name=url,
+        name=f"server {url}" if len(urls) == 1 else f"every server of the pool ({', '.join(urls)})",
     )
     budget = ServerBudget(server.max_requests_in_flight, server.max_tokens_in_flight)
     controller = (
@@ -155,7 +184,7 @@ async def open_server(
             facts=facts,
             launched=not attach_url,
             budget=budget,
-            supervisor=supervisor if "," not in url else None,
+            supervisor=supervisor,
             display_cmd=current.display_cmd if current else None,
             log_path=str(current.log_path) if current else None,
         )

@@ -17,6 +17,7 @@ a reader (or a rerun) never sees half a batch: a batch without a marker did not 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,7 +48,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        _drop(tmp)
         raise write_failed(path, err) from err
 
 
@@ -68,8 +69,15 @@ def atomic_write_parquet(path: Path, table: pa.Table, metadata: dict[str, str] |
             os.close(fd)
         os.replace(tmp, path)
     except OSError as err:  # pyarrow's IO errors are OSErrors too
-        tmp.unlink(missing_ok=True)
+        _drop(tmp)
         raise write_failed(path, err) from err
+
+
+def _drop(tmp: Path) -> None:
+    """Remove a temporary file after a failed write; on a read-only disk even that fails (the
+    file was never created then), and the write's own error is the one to report."""
+    with contextlib.suppress(OSError):
+        tmp.unlink(missing_ok=True)
 
 
 @dataclass(slots=True)
@@ -159,7 +167,10 @@ class PartitionOutput:
         if rejects:
             atomic_write_parquet(self.rejects_path(summary.index), rejects_table(rejects), metadata)
         else:
-            self.rejects_path(summary.index).unlink(missing_ok=True)
+            try:
+                self.rejects_path(summary.index).unlink(missing_ok=True)
+            except OSError as err:  # a read-only disk
+                raise write_failed(self.rejects_path(summary.index), err) from err
         atomic_write_bytes(
             self.marker_path(summary.index),
             orjson.dumps(asdict(summary), option=orjson.OPT_INDENT_2),
