@@ -52,13 +52,16 @@ def _start(data: dict[str, Any], cfg: Path, tmp_path: Path) -> CliRun:
     return CliRun(cfg, tmp_path / "run.log")
 
 
-def _generated(*ledgers: Path, n: int = 100) -> Callable[[], bool]:
+def _generated(*ledgers: Path, n: int = 40) -> Callable[[], bool]:
+    """Both partitions under way: ``n`` answers each (rids are ``run:partition:line:try``)."""
+
     def enough() -> bool:
-        sent = sum(
-            1 for ledger in ledgers for e in read_ledger(ledger)
-            if not e["rid"].startswith("preflight")
-        )  # fmt: skip
-        return sent >= n
+        per: dict[str, int] = {}
+        for ledger in ledgers:
+            for e in read_ledger(ledger):
+                part = e["rid"].split(":")[1]
+                per[part] = per.get(part, 0) + 1
+        return per.get("a", 0) >= n and per.get("b", 0) >= n
 
     return enough
 
@@ -145,7 +148,8 @@ def test_a_read_only_output_directory(
     # What the kernel does to a file system after an I/O error (errors=remount-ro): files
     # open for writing keep working, every new write is refused.
     _mount(mounts, "--bind", str(out), str(out))
-    _mount(mounts, "-o", "remount,bind,ro", str(out))
+    done = subprocess.run(["mount", "-o", "remount,bind,ro", str(out)], capture_output=True)
+    assert done.returncode == 0, done.stderr
     _fails_fast(run, time.monotonic(), "Read-only file system")
 
 

@@ -1,18 +1,22 @@
 """concurrency: auto. The controller's rules on readings, its reading of a real emulator's
-/metrics, and the budget's fair places across partitions."""
+/metrics, where it reads the load from when /metrics is not SGLang's (a router's front), the
+user's ceiling, the table of its changes, and the budget's fair places across partitions."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from eagle3_datagen.config import AutoConcurrency, RetryPolicy
 from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.concurrency import ConcurrencyController
-from eagle3_datagen.sglang.load import LoadReader, LoadSample
+from eagle3_datagen.sglang.load import LOADS, METRICS, RESPONSES, LoadReader, LoadSample
 from eagle3_datagen.sglang.requests import generate_with_retries
 from tests.support.emulator import EmulatorProcess
+from tests.support.front import FrontProcess
 
 
 def _sample(running: int, queued: int = 0, usage: float = 0.5, retracted: int = 0) -> LoadSample:
@@ -128,3 +132,83 @@ def test_without_metrics_retractions_in_responses_make_it_back_off(
     c._last_retracted = 0  # the reading before the retractions came back
     limit, reason = c.decide(no_counter, in_flight=16)
     assert limit < 16 and "retracted: back off" in reason
+
+
+def test_the_users_ceiling_is_never_exceeded() -> None:
+    """server.max_requests_in_flight caps the controller: its start, its growth, the budget."""
+    budget = ServerBudget(max_requests=24, adaptive=["p"])
+    c = ConcurrencyController(
+        budget, LoadReader(["http://x"]), AutoConcurrency(initial=64), ceiling=24
+    )
+    assert c.limit == 24 and budget.adaptive_limit == 24 and budget.max_requests == 24
+    for _ in range(5):
+        c.apply(_sample(24, usage=0.1))
+    assert max(d.limit for d in c.history) == 24
+    assert budget.max_requests == 24  # the user's number is never overwritten
+
+
+def _run_auto(url: str, n: int, **controller: Any) -> ConcurrencyController:
+    async def go() -> ConcurrencyController:
+        budget = ServerBudget(adaptive=["p"])
+        settings = AutoConcurrency(initial=4, interval_s=0.05)
+        c = ConcurrencyController(budget, LoadReader([url]), settings, **controller)
+        try:
+            await _drive(url, budget, n)
+        finally:
+            await c.aclose()
+        return c
+
+    return asyncio.run(go())
+
+
+def test_a_routers_metrics_are_detected_and_the_responses_steer(
+    emulator_factory: Callable[..., EmulatorProcess], tmp_path: Path
+) -> None:
+    """Behind a front whose /metrics is a router's and whose /v1/loads is 404, the controller
+    says so once at the start and steers on the responses: it still grows (no freeze)."""
+    emus = [
+        emulator_factory("--emu-physics", "seed-node", "--emu-time-scale", "0.01",
+                         "--enable-metrics", "--emu-mean-output-tokens", "300")
+        for _ in range(2)
+    ]  # fmt: skip
+    for emu in emus:
+        emu.wait_ready()
+    warned: list[str] = []
+    rows: list[dict[str, Any]] = []
+    with FrontProcess([e.url for e in emus], tmp_path / "front.log") as front:
+        c = _run_auto(front.url, 300, warn=warned.append, on_change=rows.append)
+    assert c.reader.source == {front.url: RESPONSES}
+    assert len(warned) == 1, warned
+    assert "a router's (sglang-router: sgl_router_*)" in warned[0]
+    assert f"{front.url}/v1/loads is not SGLang's" in warned[0]
+    assert c.errors == 0
+    assert {d.source for d in c.history} == {RESPONSES}
+    assert max(d.limit for d in c.history) >= 16  # slow start from 4, on in-flight alone
+    assert rows and rows == c.changes
+    assert set(rows[0]) == {"time", "limit", "previous", "in_flight", "running", "queued",
+                            "token_usage", "retractions", "source", "reason"}  # fmt: skip
+    assert rows[0]["previous"] == 4 and rows[0]["reason"] == "slow start"
+
+
+def test_without_metrics_the_loads_endpoint_is_read(
+    emulator_factory: Callable[..., EmulatorProcess],
+) -> None:
+    """A server launched without --enable-metrics: /metrics is 404, /v1/loads is read."""
+    emu = emulator_factory("--emu-physics", "seed-node", "--emu-time-scale", "0.01",
+                           "--emu-mean-output-tokens", "300").wait_ready()  # fmt: skip
+    warned: list[str] = []
+    c = _run_auto(emu.url, 200, warn=warned.append)
+    assert c.reader.source == {emu.url: LOADS}
+    assert len(warned) == 1 and "answers HTTP 404 (no --enable-metrics)" in warned[0]
+    assert any(d.sample.running > 0 for d in c.history)
+    assert {d.source for d in c.history} == {LOADS}
+
+
+def test_sglang_metrics_need_no_warning(emulator_factory: Callable[..., EmulatorProcess]) -> None:
+    emu = emulator_factory(
+        "--emu-physics", "seed-node", "--emu-time-scale", "0.01", "--enable-metrics",
+        "--emu-mean-output-tokens", "300",
+    ).wait_ready()  # fmt: skip
+    warned: list[str] = []
+    c = _run_auto(emu.url, 100, warn=warned.append)
+    assert c.reader.source == {emu.url: METRICS} and not warned

@@ -60,3 +60,85 @@ async def test_cancelled_waiter_leaves_no_reservation() -> None:
     gate.set()
     await first
     assert budget.requests == 0 and log == ["first"]
+
+
+async def test_the_ceiling_holds_over_the_adaptive_limit() -> None:
+    """server.max_requests_in_flight is a ceiling: the controller's limit never lifts it."""
+    budget = ServerBudget(max_requests=3, adaptive=["auto"])
+    budget.set_adaptive_limit(10)
+    assert budget.adaptive_limit == 3
+    gate = asyncio.Event()
+    log: list[str] = []
+
+    async def one(i: int) -> None:
+        async with budget.reserve(1, "auto"):
+            log.append(str(i))
+            await gate.wait()
+
+    tasks = [asyncio.create_task(one(i)) for i in range(6)]
+    await asyncio.sleep(0.01)
+    assert budget.requests == 3 and len(log) == 3
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert budget.peak_requests == 3
+
+
+async def test_static_shares_keep_their_numbers_past_the_adaptive_limit() -> None:
+    """The adaptive limit counts every request in flight but holds back only auto shares."""
+    budget = ServerBudget(adaptive=["auto"])
+    budget.set_adaptive_limit(4)
+    gate = asyncio.Event()
+    got: dict[str, int] = {"auto": 0, "static": 0}
+
+    async def one(share: str) -> None:
+        async with budget.reserve(1, share):
+            got[share] += 1
+            await gate.wait()
+
+    tasks = [asyncio.create_task(one("auto")) for _ in range(10)]
+    await asyncio.sleep(0.01)
+    assert got["auto"] == 4
+    tasks += [asyncio.create_task(one("static")) for _ in range(6)]
+    await asyncio.sleep(0.01)
+    assert got == {"auto": 4, "static": 6}  # none of the static requests waits
+    budget.set_adaptive_limit(12)  # counts all 10 in flight: room for 2 more auto
+    await asyncio.sleep(0.01)
+    assert got == {"auto": 6, "static": 6}
+    gate.set()
+    await asyncio.gather(*tasks)
+
+
+async def test_places_follow_kv_tokens_not_request_counts() -> None:
+    """A LONG share whose requests reserve 16x a SHORT one's gets about a sixteenth of the
+    places; once SHORT's requests are seen to use a quarter of their reservation, SHORT's
+    weigh a quarter and it gets four times the places again."""
+    budget = ServerBudget(max_requests=17)
+    gate = asyncio.Event()
+
+    async def one(share: str, tokens: int) -> None:
+        async with budget.reserve(tokens, share):
+            await gate.wait()
+
+    budget.set_max_requests(0)  # everyone queues first
+    tasks = [asyncio.create_task(one("LONG", 16_000)) for _ in range(40)]
+    tasks += [asyncio.create_task(one("SHORT", 1_000)) for _ in range(40)]
+    await asyncio.sleep(0.01)
+    budget.set_max_requests(17)
+    await asyncio.sleep(0.01)
+    assert budget.by_share == {"LONG": 1, "SHORT": 16}
+    gate.set()
+    await asyncio.gather(*tasks)
+
+    for _ in range(200):  # SHORT's requests hold 250 of the 1000 tokens they reserve
+        budget.observe("SHORT", 1_000, 250)
+    assert abs(budget.fill["SHORT"] - 0.25) < 0.01
+    gate.clear()
+    budget.set_max_requests(0)
+    tasks = [asyncio.create_task(one("LONG", 16_000)) for _ in range(40)]
+    tasks += [asyncio.create_task(one("SHORT", 1_000)) for _ in range(80)]
+    await asyncio.sleep(0.01)
+    budget.set_max_requests(65)
+    await asyncio.sleep(0.01)
+    assert budget.by_share == {"LONG": 1, "SHORT": 64}
+    gate.set()
+    await asyncio.gather(*tasks)

@@ -4,12 +4,19 @@ Why: each partition has its tier's concurrency, but partitions run side by side 
 server. What fills the server's KV cache is, per request in flight, prompt + max_new_tokens
 (SGLang reserves room for the whole generation), so a LONG tier (16k max tokens) can crowd out
 everything else. Waiting requests are queued per share (a partition): a freed place goes to
-the share with the fewest requests in flight, oldest request first, so partitions on one server
-get equal places whatever their batch sizes; within a share the queue is FIFO, so a big request
-at the head is never starved by a stream of small ones.
+the share with the fewest KV tokens in flight, oldest request first, so partitions on one
+server get equal parts of the KV cache whatever their lengths (a LONG partition whose requests
+hold 16x the tokens of a SHORT one's gets a sixteenth of its places, not as many). A request's
+weight is its reservation (prompt + max_tokens) scaled by what its share's finished requests
+really held (prompt + output, :meth:`observe`), so a tier whose outputs stop far short of
+max_tokens is not held back for room it never uses. Within a share the queue is FIFO, so a big
+request at the head is never starved by a stream of small ones.
 
-The request limit can move while the run goes: ``concurrency: auto`` has a controller
-(``sglang/concurrency.py``) that sets it from the server's load.
+Two request limits: ``max_requests``, the user's ``server.max_requests_in_flight``, a ceiling
+nothing exceeds; and ``adaptive_limit``, which ``concurrency: auto``'s controller
+(``sglang/concurrency.py``) moves while the run goes. The adaptive limit counts every request
+in flight on the server but holds back only the shares it steers (``adaptive``: partitions of
+auto tiers); partitions of static tiers keep their own concurrency.
 """
 
 from __future__ import annotations
@@ -17,25 +24,38 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
+
+# How fast a share's observed fill (KV tokens held / reserved) follows new results.
+_FILL_EWMA = 0.05
 
 
 class ServerBudget:
     """Admission control in front of one server (or router)."""
 
-    def __init__(self, max_requests: int | None = None, max_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        max_requests: int | None = None,
+        max_tokens: int | None = None,
+        adaptive: Iterable[str] | None = None,
+    ) -> None:
         self.max_requests = max_requests
         self.max_tokens = max_tokens
+        # The shares the adaptive limit holds back (None: every share).
+        self.adaptive = None if adaptive is None else frozenset(adaptive)
+        self.adaptive_limit: int | None = None
         self.requests = 0
         self.tokens = 0
         self.peak_requests = 0
         self.peak_tokens = 0
         self.by_share: dict[str, int] = {}  # requests in flight per share
+        self.weight_by_share: dict[str, float] = {}  # estimated KV tokens in flight per share
+        self.fill: dict[str, float] = {}  # per share: KV tokens held / reserved, observed
         # Retractions the server reported in finished responses (meta_info.num_retractions):
-        # the auto controller's signal where the server has no /metrics.
+        # the auto controller's signal where the server has no usable /metrics.
         self.retractions_reported = 0
-        self._queues: dict[str, deque[tuple[int, int, asyncio.Future[None]]]] = {}
+        self._queues: dict[str, deque[tuple[int, int, asyncio.Future[float]]]] = {}
         self._seq = itertools.count()
         # Called on every reservation: a controller starts itself on the running loop.
         self.on_reserve: Callable[[], None] | None = None
@@ -49,11 +69,35 @@ class ServerBudget:
         return sum(len(q) for q in self._queues.values())
 
     def set_max_requests(self, limit: int | None) -> None:
-        """Move the request limit; a raised limit lets waiting requests in at once."""
+        """Move the ceiling; a raised one lets waiting requests in at once."""
         self.max_requests = limit
         self._wake()
 
+    def set_adaptive_limit(self, limit: int | None) -> None:
+        """Move the controller's limit (it never goes above the ceiling)."""
+        if limit is not None and self.max_requests is not None:
+            limit = min(limit, self.max_requests)
+        self.adaptive_limit = limit
+        self._wake()
+
+    def observe(self, share: str, reserved: int, held: int) -> None:
+        """A finished request of ``share`` held ``held`` KV tokens (prompt + output) of the
+        ``reserved`` it was admitted with: later requests of the share weigh accordingly."""
+        if reserved <= 0:
+            return
+        ratio = min(1.0, held / reserved)
+        old = self.fill.get(share)
+        self.fill[share] = ratio if old is None else old + _FILL_EWMA * (ratio - old)
+
+    def _blocked_by_adaptive(self, share: str) -> bool:
+        limit = self.adaptive_limit
+        return limit is not None and self._steered(share) and self.requests >= limit
+
+    def _steered(self, share: str) -> bool:
+        return self.adaptive is None or share in self.adaptive
+
     def _fits(self, tokens: int) -> bool:
+        """Within the ceiling and the token budget (the limits every share obeys)."""
         if self.max_requests is not None and self.requests >= self.max_requests:
             return False
         # A single request larger than the whole token budget still runs, alone.
@@ -61,27 +105,31 @@ class ServerBudget:
             self.max_tokens is not None and self.requests and self.tokens + tokens > self.max_tokens
         )
 
-    def _take(self, share: str, tokens: int) -> None:
+    def _take(self, share: str, tokens: int) -> float:
+        weight = tokens * self.fill.get(share, 1.0)
         self.requests += 1
         self.tokens += tokens
         self.by_share[share] = self.by_share.get(share, 0) + 1
+        self.weight_by_share[share] = self.weight_by_share.get(share, 0.0) + weight
         self.peak_requests = max(self.peak_requests, self.requests)
         self.peak_tokens = max(self.peak_tokens, self.tokens)
+        return weight
 
-    def _next_share(self) -> str | None:
-        """The share whose head goes next: fewest in flight, then the oldest head."""
-        best: tuple[int, int] | None = None
+    def _next_share(self, skip_adaptive: bool) -> str | None:
+        """The share whose head goes next: fewest KV tokens in flight, then the oldest head."""
+        best: tuple[float, int] | None = None
         pick = None
         for share, queue in self._queues.items():
-            if queue:
-                key = (self.by_share.get(share, 0), queue[0][1])
+            if queue and not (skip_adaptive and self._steered(share)):
+                key = (self.weight_by_share.get(share, 0.0), queue[0][1])
                 if best is None or key < best:
                     best, pick = key, share
         return pick
 
     def _wake(self) -> None:
+        skip_adaptive = False  # once the adaptive limit holds, only static shares may go on
         while True:
-            share = self._next_share()
+            share = self._next_share(skip_adaptive)
             if share is None:
                 return
             queue = self._queues[share]
@@ -91,29 +139,32 @@ class ServerBudget:
                 continue
             if not self._fits(tokens):
                 return
+            if self._blocked_by_adaptive(share):
+                skip_adaptive = True
+                continue
             queue.popleft()
-            self._take(share, tokens)
-            fut.set_result(None)
+            fut.set_result(self._take(share, tokens))
 
     @asynccontextmanager
     async def reserve(self, tokens: int, share: str = "") -> AsyncIterator[None]:
         """Hold one request place and ``tokens`` KV tokens for the duration of the block."""
         if self.on_reserve is not None:
             self.on_reserve()
-        if self.unlimited:
+        if self.unlimited and self.adaptive_limit is None:
             yield
             return
-        if not self.waiting and self._fits(tokens):
-            self._take(share, tokens)
+        if not self.waiting and self._fits(tokens) and not self._blocked_by_adaptive(share):
+            weight = self._take(share, tokens)
         else:
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
             queue = self._queues.setdefault(share, deque())
             queue.append((tokens, next(self._seq), fut))
+            self._wake()  # a static share may go past auto shares the adaptive limit holds
             try:
-                await fut
+                weight = await fut
             except asyncio.CancelledError:
                 if fut.done() and not fut.cancelled():
-                    self._release(share, tokens)  # granted just as we were cancelled
+                    self._release(share, tokens, fut.result())  # granted as we were cancelled
                 else:
                     self._queues[share] = deque(w for w in queue if w[2] is not fut)
                     self._wake()
@@ -121,10 +172,11 @@ class ServerBudget:
         try:
             yield
         finally:
-            self._release(share, tokens)
+            self._release(share, tokens, weight)
 
-    def _release(self, share: str, tokens: int) -> None:
+    def _release(self, share: str, tokens: int, weight: float) -> None:
         self.requests -= 1
         self.tokens -= tokens
         self.by_share[share] -= 1
+        self.weight_by_share[share] -= weight
         self._wake()

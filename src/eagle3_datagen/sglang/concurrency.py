@@ -21,21 +21,32 @@ the server-wide budget's request limit (the budget shares it fairly across parti
   pool is below 92% used: grow, doubling until the first trim or retraction (slow start), then
   by 5% per reading.
 
-Every change is logged with the reading behind it.
+The limit counts every request in flight on the server but holds back only the partitions of
+auto tiers (static tiers keep their concurrency), and never goes above the user's
+``server.max_requests_in_flight`` (a ceiling) or ``auto_concurrency.maximum``.
+
+Where the load comes from is found at the first reading (``sglang/load.py``): SGLang's
+``/metrics``, else ``/v1/loads``, else (a router's or a proxy's ``/metrics``, nothing at
+``/v1/loads``) the responses alone: the retractions they report, with in flight standing in for
+running; one warning says which. Every change is logged with the reading behind it, and is a
+row of :attr:`ConcurrencyController.changes` (time, limit, running, queued, KV usage,
+retractions, reason) handed to ``on_change`` (the flow makes it an event and a table).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from eagle3_datagen.config import AutoConcurrency
 from eagle3_datagen.sglang.budget import ServerBudget
-from eagle3_datagen.sglang.load import LoadReader, LoadSample
+from eagle3_datagen.sglang.load import LOADS, METRICS, RESPONSES, LoadReader, LoadSample
 
 USAGE_HIGH = 0.92
 BACKOFF = 0.85
@@ -56,6 +67,24 @@ class Decision:
     in_flight: int
     sample: LoadSample
     reason: str
+    retracted: int = 0  # retractions since the reading before
+    source: str = METRICS  # where the reading came from (sglang/load.py)
+
+
+def change_row(d: Decision, previous: int) -> dict[str, Any]:
+    """One line of the limit-changes table: when, to what, the reading behind it, why."""
+    return {
+        "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "limit": d.limit,
+        "previous": previous,
+        "in_flight": d.in_flight,
+        "running": d.sample.running,
+        "queued": d.sample.queued,
+        "token_usage": round(d.sample.token_usage, 3),
+        "retractions": d.retracted,
+        "source": d.source,
+        "reason": d.reason,
+    }
 
 
 class ConcurrencyController:
@@ -67,12 +96,24 @@ class ConcurrencyController:
         reader: LoadReader,
         settings: AutoConcurrency,
         log: Callable[[str], None] | None = None,
+        *,
+        warn: Callable[[str], None] | None = None,
+        ceiling: int | None = None,
+        on_change: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.budget = budget
         self.reader = reader
         self.settings = settings
         self.log = log
-        self.limit = max(settings.minimum, min(settings.initial, settings.maximum))
+        self.warn = warn or log
+        self.on_change = on_change
+        # The user's server.max_requests_in_flight is a ceiling, never a starting point.
+        self.maximum = min(settings.maximum, ceiling) if ceiling else settings.maximum
+        self.minimum = min(settings.minimum, self.maximum)
+        self.limit = max(self.minimum, min(settings.initial, self.maximum))
+        self.changes: list[dict[str, Any]] = []
+        self._detected = False
+        self._new_retracted = 0
         self.slow_start = True
         self.hold = 0
         self.queued_readings = 0
@@ -81,7 +122,7 @@ class ConcurrencyController:
         self.history: list[Decision] = []
         self.errors = 0
         self._task: asyncio.Task[None] | None = None
-        budget.set_max_requests(self.limit)
+        budget.set_adaptive_limit(self.limit)
         budget.on_reserve = self.ensure_running
 
     def ensure_running(self) -> None:
@@ -91,7 +132,7 @@ class ConcurrencyController:
 
     def decide(self, s: LoadSample, in_flight: int) -> tuple[int, str]:
         """The next limit after reading ``s`` with ``in_flight`` requests out; and why."""
-        limit, st = self.limit, self.settings
+        limit = self.limit
         new_retracted = 0
         # Without /metrics (no counter), the retractions finished responses reported.
         total = s.retracted_total
@@ -101,6 +142,7 @@ class ConcurrencyController:
             new_retracted = max(0, total - self._last_retracted)
         self._last_retracted = total
         self.retractions += new_retracted
+        self._new_retracted = new_retracted
         allowed_queue = max(MIN_QUEUE, math.ceil(QUEUE_SHARE * s.running))
         long_queue = s.queued > allowed_queue
         self.queued_readings = self.queued_readings + 1 if long_queue else 0
@@ -125,31 +167,57 @@ class ConcurrencyController:
             reason = "slow start" if self.slow_start else "grow"
         else:
             reason = "steady"
-        limit = max(st.minimum, min(st.maximum, limit))
+        limit = max(self.minimum, min(self.maximum, limit))
         return limit, reason
 
-    def apply(self, s: LoadSample) -> Decision:
-        """Read ``s``, move the budget's limit, log a change; returns the decision."""
+    def apply(self, s: LoadSample | None) -> Decision:
+        """Read ``s`` (None: no server reading, the responses alone), move the budget's limit,
+        log and record a change; returns the decision."""
         in_flight = self.budget.requests
+        source = METRICS
+        if s is None:  # in flight stands in for running; retractions from the responses
+            s = LoadSample(in_flight, 0, 0.0, 0.0, None)
+            source = RESPONSES
+        elif s.retracted_total is None:
+            source = LOADS
         limit, reason = self.decide(s, in_flight)
-        decision = Decision(time.monotonic(), limit, in_flight, s, reason)
+        decision = Decision(
+            time.monotonic(), limit, in_flight, s, reason, self._new_retracted, source
+        )
         self.history.append(decision)
         if limit != self.limit:
             if self.log is not None:
                 self.log(
                     f"auto concurrency {self.limit} -> {limit} ({reason}; server running "
                     f"{s.running}, queued {s.queued}, KV {s.token_usage:.0%}, "
-                    f"{s.gen_throughput:.0f} tok/s; {in_flight} in flight)"
+                    f"{s.gen_throughput:.0f} tok/s; {in_flight} in flight; from {source})"
                 )
+            self._record(decision, self.limit)
             self.limit = limit
-            self.budget.set_max_requests(limit)
+            self.budget.set_adaptive_limit(limit)
         return decision
+
+    def _record(self, decision: Decision, previous: int) -> None:
+        row = change_row(decision, previous)
+        self.changes.append(row)
+        if self.on_change is not None:
+            try:
+                self.on_change(row)
+            except Exception as err:  # a report must never stop the steering
+                if self.log is not None:
+                    self.log(f"auto concurrency: change not published: {err!r}")
 
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.interval_s)
             try:
+                if not self._detected:  # once: where the load comes from
+                    self._detected = True
+                    await self.reader.detect()
                 sample = await self.reader.read()
+                notes = self.reader.take_notes()
+                if notes and self.warn is not None:  # one warning per finding
+                    self.warn("concurrency auto: " + "; ".join(notes))
             except Exception as err:  # a server that cannot be read keeps the last limit
                 self.errors += 1
                 if self.log is not None and self.errors in (1, 10, 100):

@@ -5,6 +5,12 @@ it launches the server for a tier with ``concurrency: auto``); it has everything
 concurrency controller needs, retractions included (``sglang:num_retracted_requests_total``).
 ``/v1/loads`` is always served by SGLang 0.5.23 but has no retraction count. Several servers
 (comma-separated URLs) are read one by one and summed.
+
+What a URL serves is found out once, at the start (:meth:`LoadReader.detect`): a ``/metrics``
+that answers 200 without SGLang's series (a router's, e.g. sglang-router's ``sgl_router_*``, or
+a proxy's own) is not SGLang's and is not read again; then ``/v1/loads``, if it is SGLang's;
+else nothing, and :meth:`LoadReader.read` returns None: the controller steers on what the
+responses themselves report (retractions in ``meta_info``) and says so once.
 """
 
 from __future__ import annotations
@@ -62,7 +68,7 @@ def parse_metrics(text: str) -> LoadSample:
         else:
             sums[key] = sums.get(key, 0.0) + v
     if "running" not in sums:
-        raise ValueError("no sglang:num_running_reqs in /metrics")
+        raise NotSGLangMetrics(metrics_kind(text))
     retracted = sums.get("retracted_total")
     return LoadSample(
         running=int(sums.get("running", 0)),
@@ -71,6 +77,27 @@ def parse_metrics(text: str) -> LoadSample:
         gen_throughput=sums.get("gen_throughput", 0.0),
         retracted_total=None if retracted is None else int(retracted),
     )
+
+
+class NotSGLangMetrics(ValueError):
+    """A ``/metrics`` body without SGLang's series; the message says whose it looks like."""
+
+
+def metrics_kind(text: str) -> str:
+    """Whose exposition ``text`` looks like, for the one warning: SGLang's, sglang-router's, or
+    another's (named by its first few metric names)."""
+    names: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            names.append(line.split()[2])
+        elif line and line[0] != "#":
+            names.append(line.partition("{")[0].partition(" ")[0])
+    if "sglang:num_running_reqs" in names:
+        return "SGLang's"
+    if any(n.startswith("sgl_router_") for n in names):
+        return "a router's (sglang-router: sgl_router_*)"
+    shown = ", ".join(list(dict.fromkeys(names))[:3])
+    return f"not SGLang's (first names: {shown or 'none'})"
 
 
 def parse_loads(body: bytes) -> LoadSample:
@@ -97,34 +124,95 @@ def combine(samples: list[LoadSample]) -> LoadSample:
     )
 
 
+# Where a URL's load comes from, once detected.
+METRICS, LOADS, RESPONSES = "/metrics", "/v1/loads", "responses"
+
+
 class LoadReader:
-    """Reads the load of one or more servers; ``await read()`` -> :class:`LoadSample`."""
+    """Reads the load of one or more servers; ``await read()`` -> :class:`LoadSample`, or None
+    where some server's load cannot be read (the responses are all there is)."""
 
     def __init__(self, urls: list[str], api_key: str | None = None, timeout_s: float = 5.0):
         self.urls = [u.rstrip("/") for u in urls]
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self.has_metrics: dict[str, bool] = {}
+        self.source: dict[str, str] = {}  # url -> METRICS, LOADS or RESPONSES, once detected
+        self.notes: list[str] = []  # what detection found, for the caller's one warning
         self._session: aiohttp.ClientSession | None = None
 
-    async def _one(self, session: aiohttp.ClientSession, url: str) -> LoadSample:
-        if self.has_metrics.get(url, True):
-            async with session.get(f"{url}/metrics", headers=self.headers) as r:
-                if r.status == 200:
-                    self.has_metrics[url] = True
-                    return parse_metrics(await r.text())
-                if r.status != 404:
-                    r.raise_for_status()
-            self.has_metrics[url] = False  # launched without --enable-metrics
-        async with session.get(f"{url}/v1/loads", headers=self.headers) as r:
-            r.raise_for_status()
-            return parse_loads(await r.read())
-
-    async def read(self) -> LoadSample:
+    @property
+    def session(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self.timeout)
-        samples = await asyncio.gather(*(self._one(self._session, u) for u in self.urls))
-        return combine(list(samples))
+        return self._session
+
+    async def detect(self) -> None:
+        """Find, per URL, where its load can be read; a URL whose ``/metrics`` cannot serve
+        leaves a line in :attr:`notes`."""
+        await asyncio.gather(*(self._detect(u) for u in self.urls))
+
+    def take_notes(self) -> list[str]:
+        notes, self.notes = self.notes, []
+        return notes
+
+    async def _detect(self, url: str) -> None:
+        note = await self._find_source(url)
+        if note:
+            self.notes.append(note)
+
+    async def _find_source(self, url: str) -> str:
+        why = ""
+        try:
+            async with self.session.get(f"{url}/metrics", headers=self.headers) as r:
+                body = await r.text() if r.status == 200 else ""
+                status = r.status
+        except (aiohttp.ClientError, TimeoutError) as err:
+            status, body = 0, ""
+            why = f"unreadable ({err!r})"
+        if status == 200:
+            try:
+                parse_metrics(body)
+                self.source[url] = METRICS
+                return ""
+            except NotSGLangMetrics as err:
+                why = f"answers 200 but is {err}"
+        elif status:
+            why = f"answers HTTP {status}" + (" (no --enable-metrics)" if status == 404 else "")
+        try:
+            async with self.session.get(f"{url}/v1/loads", headers=self.headers) as r:
+                r.raise_for_status()
+                parse_loads(await r.read())
+            self.source[url] = LOADS
+            return f"{url}/metrics {why}: reading {url}/v1/loads (no retraction count)"
+        except Exception:  # a router's 404, a proxy's HTML, a connection error: not usable
+            self.source[url] = RESPONSES
+            return (
+                f"{url}/metrics {why}, and {url}/v1/loads is not SGLang's: steering on the "
+                "responses alone (retractions they report; no queue or KV readings)"
+            )
+
+    async def _one(self, url: str) -> LoadSample | None:
+        source = self.source.get(url, METRICS)
+        if source == METRICS:
+            async with self.session.get(f"{url}/metrics", headers=self.headers) as r:
+                r.raise_for_status()
+                text = await r.text()
+            try:
+                return parse_metrics(text)
+            except NotSGLangMetrics:  # another server behind the URL now: look again
+                await self._detect(url)
+                return await self._one(url)
+        if source == LOADS:
+            async with self.session.get(f"{url}/v1/loads", headers=self.headers) as r:
+                r.raise_for_status()
+                return parse_loads(await r.read())
+        return None
+
+    async def read(self) -> LoadSample | None:
+        samples = await asyncio.gather(*(self._one(u) for u in self.urls))
+        if any(s is None for s in samples):
+            return None
+        return combine([s for s in samples if s is not None])
 
     async def aclose(self) -> None:
         if self._session is not None:

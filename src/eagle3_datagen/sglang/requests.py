@@ -80,7 +80,8 @@ async def generate_with_retries(
                     result = await (
                         supervisor.guard(request) if supervisor is not None else request
                     )
-                if budget is not None and result.num_retractions:
+                if budget is not None:
+                    budget.observe(share, reserve_tokens, len(input_ids) + len(result.output_ids))
                     budget.retractions_reported += result.num_retractions
         except RetryableRequestError as err:
             if on_retry is not None:

@@ -72,6 +72,9 @@ class ServerSession:
     # notices a lost server (for a pool: every server of it lost) and is the run's one stop.
     budget: ServerBudget
     supervisor: ServerSupervisor
+    # concurrency: auto's controller (None without an auto tier); its ``changes`` are the
+    # limit-changes table, its ``on_change`` the caller's hook for each new row.
+    controller: ConcurrencyController | None
     display_cmd: str | None
     log_path: str | None
 
@@ -160,20 +163,26 @@ async def open_server(
         check_deadline_s=server.recovery_check_s,
         name=f"server {url}" if len(urls) == 1 else f"every server of the pool ({', '.join(urls)})",
     )
-    budget = ServerBudget(server.max_requests_in_flight, server.max_tokens_in_flight)
+    steered = [p.name for p in config.partitions if config.tier(p.tier).is_auto]
+    budget = ServerBudget(
+        server.max_requests_in_flight, server.max_tokens_in_flight, adaptive=steered
+    )
     controller = (
         ConcurrencyController(
             budget,
-            LoadReader(split_urls(url), api_key=api_key),
+            LoadReader(urls, api_key=api_key),
             server.auto_concurrency,
             log=logger.info,
+            warn=logger.warning,
+            ceiling=server.max_requests_in_flight,
         )
         if auto
         else None
     )
     if controller is not None:
         logger.info(
-            f"concurrency auto: starting at {controller.limit} in flight (server-wide), "
+            f"concurrency auto: starting at {controller.limit} in flight (server-wide, at most "
+            f"{controller.maximum}), "
             f"reading the server's load every {server.auto_concurrency.interval_s:g} s"
         )
     try:
@@ -185,6 +194,7 @@ async def open_server(
             launched=not attach_url,
             budget=budget,
             supervisor=supervisor,
+            controller=controller,
             display_cmd=current.display_cmd if current else None,
             log_path=str(current.log_path) if current else None,
         )
