@@ -158,23 +158,34 @@ class PartitionOutput:
         rejects: list[Reject],
         metadata: dict[str, str] | None = None,
     ) -> None:
-        """Write the shard, then the rejects, then the marker that commits them."""
+        """Write the shard, then the rejects, then the marker that commits them; if the
+        rejects or the marker cannot be written (the disk filled up meanwhile), the shard is
+        taken back: no shard is visible without its marker."""
         try:
             self.ensure_dirs()
         except OSError as err:
             raise write_failed(self.dir, err) from err
-        atomic_write_parquet(self.shard_path(summary.index), records_table(records), metadata)
-        if rejects:
-            atomic_write_parquet(self.rejects_path(summary.index), rejects_table(rejects), metadata)
-        else:
-            try:
-                self.rejects_path(summary.index).unlink(missing_ok=True)
-            except OSError as err:  # a read-only disk
-                raise write_failed(self.rejects_path(summary.index), err) from err
-        atomic_write_bytes(
-            self.marker_path(summary.index),
-            orjson.dumps(asdict(summary), option=orjson.OPT_INDENT_2),
-        )
+        shard = self.shard_path(summary.index)
+        atomic_write_parquet(shard, records_table(records), metadata)
+        try:
+            if rejects:
+                atomic_write_parquet(
+                    self.rejects_path(summary.index), rejects_table(rejects), metadata
+                )
+            else:
+                try:
+                    self.rejects_path(summary.index).unlink(missing_ok=True)
+                except OSError as err:  # a read-only disk
+                    raise write_failed(self.rejects_path(summary.index), err) from err
+            atomic_write_bytes(
+                self.marker_path(summary.index),
+                orjson.dumps(asdict(summary), option=orjson.OPT_INDENT_2),
+            )
+        except OutputWriteError:
+            _drop(shard)
+            if rejects:
+                _drop(self.rejects_path(summary.index))
+            raise
 
     def batch_summaries(self) -> list[BatchSummary]:
         if not self.markers_dir.is_dir():
