@@ -8,6 +8,7 @@ reason, what each artifact says) is ``eagle3_datagen.report.outcome.RunOutcome``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -38,6 +39,7 @@ from eagle3_datagen.sglang.process import server_state_dir
 from eagle3_datagen.sglang.session import ServerSession, open_server
 from eagle3_datagen.write.guard import guard_output
 from eagle3_datagen.write.manifest import update_manifest
+from eagle3_datagen_flows.auto_concurrency import emit_limit_changes, publish_limit_changes
 from eagle3_datagen_flows.partition import generate_partition
 from eagle3_datagen_flows.prefect_text import failure_reason
 from eagle3_datagen_flows.run_report import RunReport
@@ -126,6 +128,8 @@ async def _run_partitions(
             for name in names
         )
     )
+    with contextlib.suppress(Exception):  # a report never fails the run
+        await publish_limit_changes(srv.controller)
     # A fault no retry can fix stopped every partition: that is the run's one reason.
     outcome.stopped_by(srv.supervisor.error() if srv.supervisor.failed else None)
     states = dict(zip(names, final, strict=True))
@@ -206,6 +210,7 @@ async def datagen(
             config, names, check, meter,
             run_key=str(flow_run.id), server_url=server_url, overwrite=overwrite, logger=logger,
         ) as session, report.watching(config.throughput):  # fmt: skip
+            emit_limit_changes(session.srv.controller, flow_run)
             states = await _run_partitions(
                 config, names, session, outcome, sorted(flow_run.tags or [])
             )
