@@ -139,18 +139,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from eagle3_datagen.write.export import export_dataset
+    from eagle3_datagen.write.export import ExportOptions, export_dataset
 
-    result = export_dataset(
-        args.dataset,
-        args.format,
-        args.output,
-        skip_truncated=args.skip_truncated,
-        tokenizer=args.tokenizer,
+    options = ExportOptions(
+        truncated="drop" if args.skip_truncated else args.truncated,
+        over_length=args.over_length,
+        max_length=args.max_length,
+        validation=args.validation,
+        split_seed=args.split_seed,
     )
+    result = export_dataset(
+        args.dataset, args.format, args.output, options=options, tokenizer=args.tokenizer
+    )
+    print("\n".join(result.report()))
     parts = ", ".join(f"{k}={v}" for k, v in result.written.items())
-    skipped = f", {result.skipped_truncated} truncated skipped" if args.skip_truncated else ""
+    skipped = f", {result.skipped_truncated} truncated skipped" if result.skipped_truncated else ""
     print(f"exported {result.total} records ({parts}){skipped} as {args.format} -> {result.path}")
+    print(f"metadata and report: {result.metadata_path}, {result.report_path}")
     return 0
 
 
@@ -238,8 +243,25 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", required=True, choices=["specforge", "speculators"])
     export.add_argument("--output", required=True, metavar="PATH", help="JSONL file to write")
     export.add_argument(
-        "--skip-truncated", action="store_true", help="leave out length-truncated records"
-    )
+        "--truncated", choices=["keep", "drop", "refuse"], default="keep",
+        help="length-truncated records: keep (listed in the metadata), drop, or refuse to export",
+    )  # fmt: skip
+    export.add_argument("--skip-truncated", action="store_true", help="same as --truncated drop")
+    export.add_argument(
+        "--max-length", type=int, metavar="N",
+        help="the trainer's max length (default: its own, SpecForge 2048, speculators 8192)",
+    )  # fmt: skip
+    export.add_argument(
+        "--over-length", choices=["keep", "drop", "refuse"], default="keep",
+        help="records longer than --max-length, which the trainer clips: keep (reported), "
+        "drop, or refuse to export",
+    )  # fmt: skip
+    export.add_argument(
+        "--validation", type=float, default=0.0, metavar="FRACTION",
+        help="hold out this fraction of conversations (all their turns and samples) in "
+        "<output stem>.validation.jsonl",
+    )  # fmt: skip
+    export.add_argument("--split-seed", type=int, default=0, help="seed of the validation split")
     export.add_argument(
         "--tokenizer", metavar="PATH", help="tokenizer path, if it moved since the run"
     )

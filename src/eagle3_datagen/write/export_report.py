@@ -1,0 +1,155 @@
+"""What a trainer needs to be told about an export: lengths against its maximum, the settings
+to pass, what was left out. Printed by ``eagle3-datagen export`` and written beside the files,
+because both trainers clip long records to their maximum without a word (SpecForge silently,
+speculators with one log line) and neither carries our metadata into training.
+
+The conventions below were checked by running each trainer's own loading and shift code on
+our exports (``trainers/run.sh``; recorded outputs in ``tests/fixtures/trainers/``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Trainer:
+    """One trainer's conventions for pre-tokenized rows."""
+
+    name: str
+    checked_version: str
+    default_max_length: int
+    max_length_setting: str  # where the user sets it
+    # SpecForge trains the feature position the loss mask marks to predict two tokens on, so
+    # the draft's first proposal after prefill (features of the last prompt token plus output
+    # token 0, predicting output token 1) is trained only when the last prompt token is marked.
+    # speculators' shift marks the predicted token itself: prompt 0, output 1 is its own rule.
+    mask_last_prompt_token: bool
+
+
+TRAINERS: dict[str, Trainer] = {
+    "specforge": Trainer("SpecForge", "0.2.0", 2048, "data.max_length", True),
+    "speculators": Trainer(
+        "speculators", "0.9.0", 8192, "prepare-data --seq-length and train --total-seq-len", False
+    ),
+}
+
+_BUCKETS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def _quantile(sorted_values: list[int], q: float) -> int:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def length_summary(lengths: list[int], max_length: int) -> dict[str, Any]:
+    """Distribution of record lengths (prompt + output tokens) against ``max_length``."""
+    values = sorted(lengths)
+    over = [n for n in values if n > max_length]
+    hist: dict[str, int] = {}
+    for n in values:
+        i = bisect.bisect_left(_BUCKETS, n)
+        key = f"<={_BUCKETS[i]}" if i < len(_BUCKETS) else f">{_BUCKETS[-1]}"
+        hist[key] = hist.get(key, 0) + 1
+    return {
+        "records": len(values),
+        "tokens": sum(values),
+        "min": values[0] if values else 0,
+        "p50": _quantile(values, 0.5) if values else 0,
+        "p90": _quantile(values, 0.9) if values else 0,
+        "p99": _quantile(values, 0.99) if values else 0,
+        "max": values[-1] if values else 0,
+        "histogram": hist,
+        "max_length": max_length,
+        "over_max_length": len(over),
+        "tokens_past_max_length": sum(n - max_length for n in over),
+    }
+
+
+def fit_length(longest: int) -> int:
+    """A max length that trains every token of the longest record (rounded up to 64)."""
+    return max(64, -(-longest // 64) * 64)
+
+
+def settings(fmt: str, files: dict[str, Path | None], max_length: int, n_train: int, n_val: int
+             ) -> list[str]:  # fmt: skip
+    """The exact settings to pass the trainer for these files."""
+    train, val = files["train"], files.get("validation")
+    if fmt == "specforge":
+        lines = [
+            f"data.prompts_path: {train}      # pre-tokenized rows: used as they are, no chat "
+            "template (data.chat_template and data.is_preformatted are not read for them)",
+            f"data.max_length: {max_length}",
+            "never data.train_data_path for these files: that path re-renders conversations "
+            "with SpecForge's own template (its default system prompt), not the model's ids",
+            "offline (data.hidden_states_path): compute the features from these rows "
+            "(input_ids and loss_mask as written; see README 'From dataset to drafter')",
+        ]
+        if val is not None:
+            lines.append(
+                f"validation: features of {val} as data.eval_hidden_states_path, with "
+                "training.eval_interval > 0 (SpecForge evaluates offline data only)"
+            )
+        return lines
+    lines = [
+        f"speculators prepare-data --data {train} --seq-length {max_length}   "
+        "(pre-tokenized rows pass through: no --render-endpoint, no chat template)",
+        f"speculators train ... --total-seq-len {max_length}",
+    ]
+    if val is not None:
+        ratio = (n_train + 0.5) / (n_train + n_val)
+        lines += [
+            f"validation split by conversation: prepare {val} the same way into its own "
+            "directory, join the two prepared directories train-first "
+            "(trainers/speculators_join.py), then train on the joined directory with "
+            f"--train-data-ratio {ratio:.6f} (= rows of the train part; speculators holds out "
+            "the rows after int(rows * ratio))",
+        ]
+    else:
+        lines.append(
+            "no --validation: speculators holds out the last rows after prepare-data's shuffle "
+            "(--train-data-ratio, default 0.9); it drops primary_id, so the turns and samples of "
+            "one conversation can land on both sides"
+        )
+    return lines
+
+
+def report_lines(meta: dict[str, Any]) -> list[str]:
+    """The human-readable report of an export's metadata (``<out>.export.json``)."""
+    trainer = TRAINERS[meta["format"]]
+    lengths, opts, counts = meta["lengths"], meta["options"], meta["counts"]
+    out = [
+        f"export for {trainer.name} (conventions checked with {trainer.name} "
+        f"{trainer.checked_version}): {counts['written']['train']} train"
+        + (f", {counts['written']['validation']} validation" if meta["files"]["validation"] else "")
+        + " records",
+        f"trained positions: {meta['trained_positions']}",
+        f"lengths (prompt + output tokens) of {lengths['records']} records: min {lengths['min']}, "
+        f"p50 {lengths['p50']}, p90 {lengths['p90']}, p99 {lengths['p99']}, max {lengths['max']}",
+        "  " + ", ".join(f"{k}: {v}" for k, v in lengths["histogram"].items()),
+        f"max length {opts['max_length']} ({trainer.max_length_setting}; "
+        f"{trainer.name}'s default is {trainer.default_max_length}): "
+        f"{lengths['over_max_length']} records longer",
+    ]
+    if lengths["over_max_length"]:
+        verb = {"keep": "WILL BE CLIPPED by the trainer", "drop": "left out (--over-length drop)"}
+        out.append(
+            f"  {lengths['over_max_length']} records {verb[opts['over_length']]} "
+            f"({lengths['tokens_past_max_length']} tokens past the maximum); "
+            f"--max-length {fit_length(lengths['max'])} trains every token"
+        )
+    out.append(
+        f"truncated records (finish_reason length): {counts['truncated']} "
+        f"({opts['truncated']}; listed in the metadata file, the trainers do not carry the flag)"
+    )
+    split = meta["split"]
+    if split["validation"]:
+        out.append(
+            f"split by conversation ({split['key']}): {split['validation_conversations']} of "
+            f"{split['conversations']} conversations in validation (seed {split['seed']})"
+        )
+    out.append("settings:")
+    out += [f"  {line}" for line in meta["settings"]]
+    return out

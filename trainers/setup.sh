@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the trainer harness's own virtual environments (never the project's .venv or CI's):
+#   .venv-trainers-speculators: speculators 0.9.0 on torch 2.13.0 (CPU build)
+#   .venv-trainers-specforge:   specforge 0.2.0 (--no-deps) + what its training path imports
+# torch's CPU build must be reachable by pip (e.g. a find-links directory holding
+# torch-2.13.0+cpu, or PIP_INDEX_URL/PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+HERE=trainers
+CONSTRAINT="$HERE/constraints.txt"
+
+build_speculators() {
+  local venv=.venv-trainers-speculators
+  [ -f "$venv/.ready" ] && return 0
+  rm -rf "$venv"
+  "$PY" -m venv "$venv"
+  "$venv/bin/pip" install -q -c "$CONSTRAINT" "torch==2.13.0"
+  "$venv/bin/pip" install -q -c "$CONSTRAINT" "speculators==0.9.0"
+  # speculators pulls torchvision/torchaudio CUDA builds from PyPI; with CPU torch they break
+  # transformers' imports (operator torchvision::nms does not exist). speculators never uses them.
+  "$venv/bin/pip" uninstall -q -y torchvision torchaudio || true
+  touch "$venv/.ready"
+}
+
+build_specforge() {
+  local venv=.venv-trainers-specforge
+  [ -f "$venv/.ready" ] && return 0
+  rm -rf "$venv"
+  "$PY" -m venv "$venv"
+  "$venv/bin/pip" install -q -c "$CONSTRAINT" "torch==2.13.0"
+  # specforge's declared deps are the GPU serving stack (sglang, flashinfer, CUDA wheels: 216
+  # packages); its offline training path needs only these.
+  "$venv/bin/pip" install -q --no-deps "specforge==0.2.0"
+  "$venv/bin/pip" install -q -c "$CONSTRAINT" "transformers==5.8.1" datasets accelerate \
+    safetensors pyyaml pydantic psutil tqdm numpy requests openai-harmony yunchang triton
+  touch "$venv/.ready"
+}
+
+case "${1:-all}" in
+  speculators) build_speculators ;;
+  specforge) build_specforge ;;
+  all) build_speculators; build_specforge ;;
+esac
