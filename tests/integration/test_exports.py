@@ -73,7 +73,8 @@ def test_demo_output_loads_exports_and_validates(
         assert len(ds) == manifest["partitions"][part.name]["accepted"]
         loaded.update({f"{part.name}/{row['id']}": row for row in ds})
 
-    # Both exports: input_ids = prompt_ids + output_ids, loss on exactly the output tokens.
+    # Both exports: input_ids = prompt_ids + output_ids; loss on the output tokens, and for
+    # SpecForge also on the last prompt token (its shift then trains the first proposal).
     spec = export_dataset(root, "speculators", tmp_path / "spec.jsonl")
     forge = export_dataset(root, "specforge", tmp_path / "sf.jsonl")
     assert spec.total == forge.total == len(loaded)
@@ -83,7 +84,8 @@ def test_demo_output_loads_exports_and_validates(
         row = loaded[s["id"]]
         n_prompt, n_out = len(row["prompt_ids"]), len(row["output_ids"])
         assert s["input_ids"] == f["input_ids"] == row["prompt_ids"] + row["output_ids"]
-        assert s["loss_mask"] == f["loss_mask"] == [0] * n_prompt + [1] * n_out
+        assert s["loss_mask"] == [0] * n_prompt + [1] * n_out
+        assert f["loss_mask"] == [0] * (n_prompt - 1) + [1] * (n_out + 1)
         assert s["metadata"]["finish_reason"] == row["finish_reason"]
         assert s["metadata"]["truncated"] == row["truncated"]
 
