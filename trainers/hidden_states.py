@@ -1,0 +1,101 @@
+"""The target's hidden states for both trainers, from a Hugging Face forward on CPU.
+
+A stand-in for what vLLM (speculators) or SGLang (SpecForge) capture on a GPU node, in each
+trainer's own file layout, for the harness's tiny target. Capture points (the same three
+layers for both trainers, so the drafts see the same features):
+- aux states: the input of layers 1, 2, 3 (vLLM's aux layer ids 1 2 3; SGLang's
+  aux_hidden_state_layer_ids 0 1 2 = the output of layers 0, 1, 2);
+- speculators: the last layer's output *before* the final norm (its draft applies the
+  target's norm and lm_head itself), per row i of the prepared dataset:
+  hidden_states/hs_<i>.safetensors {token_ids [seq], hidden_states [seq, 4, hidden]};
+- SpecForge: the final state *after* the norm (its TargetHead applies lm_head directly), per
+  row i of the export: rows_0-<n>/data_<i>.ckpt {input_ids, loss_mask, aux_hidden_state
+  [1, seq, 3*hidden], hidden_state [1, seq, hidden]} in the model dtype (bf16 here, as SGLang).
+
+usage: python hidden_states.py speculators TARGET PREPARED_DIR
+       python hidden_states.py specforge TARGET EXPORT.jsonl OUT_DIR
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM
+
+AUX_LAYERS = (1, 2, 3)
+
+
+def capture(model, ids: list[int]) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Aux states (inputs of AUX_LAYERS), the last layer's output before the norm, logits."""
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [
+        model.model.layers[i].register_forward_pre_hook(
+            lambda _m, args, kwargs, i=i: seen.__setitem__(f"in{i}", _first(args, kwargs)),
+            with_kwargs=True,
+        )
+        for i in AUX_LAYERS
+    ]
+    hooks.append(
+        model.model.norm.register_forward_pre_hook(
+            lambda _m, args: seen.__setitem__("pre_norm", args[0])
+        )
+    )
+    try:
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0]
+    finally:
+        for h in hooks:
+            h.remove()
+    return [seen[f"in{i}"][0] for i in AUX_LAYERS], seen["pre_norm"][0], logits
+
+
+def _first(args: tuple, kwargs: dict) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def speculators(target: str, prepared: str) -> None:
+    from datasets import load_from_disk
+    from safetensors.torch import save_file
+    from speculators.data_generation.offline import check_hidden_states
+
+    model = AutoModelForCausalLM.from_pretrained(target, torch_dtype=torch.float32).eval()
+    data = load_from_disk(prepared)
+    out = Path(prepared) / "hidden_states"
+    out.mkdir(exist_ok=True)
+    for i, row in enumerate(data):
+        ids = [int(t) for t in row["input_ids"]]
+        aux, last, _ = capture(model, ids)
+        payload = {
+            "token_ids": torch.tensor(ids, dtype=torch.long),
+            "hidden_states": torch.stack([*aux, last], dim=1).contiguous(),
+        }
+        check_hidden_states(payload, ids)  # speculators' own check
+        save_file(payload, str(out / f"hs_{i}.safetensors"))
+    print(f"speculators hidden states: {len(data)} rows -> {out}")
+
+
+def specforge(target: str, export: str, out_dir: str) -> None:
+    model = AutoModelForCausalLM.from_pretrained(target, torch_dtype=torch.bfloat16).eval()
+    rows = [json.loads(line) for line in Path(export).read_text().splitlines()]
+    out = Path(out_dir) / f"rows_0-{len(rows)}"
+    out.mkdir(parents=True, exist_ok=True)
+    for i, row in enumerate(rows):
+        aux, last, logits = capture(model, row["input_ids"])
+        final = model.model.norm(last)
+        assert torch.equal(model.lm_head(final), logits), "post-norm state must give the logits"
+        torch.save(
+            {
+                "input_ids": torch.tensor(row["input_ids"], dtype=torch.long),
+                "loss_mask": torch.tensor(row["loss_mask"], dtype=torch.long),
+                "aux_hidden_state": torch.cat(aux, dim=-1).unsqueeze(0).contiguous(),
+                "hidden_state": final.unsqueeze(0).contiguous(),
+            },
+            out / f"data_{i:06d}.ckpt",
+        )
+    print(f"SpecForge features: {len(rows)} rows -> {out}")
+
+
+if __name__ == "__main__":
+    mode, *rest = sys.argv[1:]
+    {"speculators": speculators, "specforge": specforge}[mode](*rest)

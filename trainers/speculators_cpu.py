@@ -1,0 +1,31 @@
+"""CPU shim for `speculators train` 0.9.0 (patch 1 of 2 in README "From dataset to drafter").
+
+speculators moves the model and every batch to ``local_rank`` (the int 0, i.e. a GPU) and calls
+``torch.accelerator.synchronize()`` on every logged step; both fail without an accelerator.
+This runs speculators' own ``train`` entry point with exactly two changes: the Trainer's
+device is "cpu", and synchronize is a no-op when there is no accelerator. Everything else
+(data loading, shift, model, loss, optimizer) is speculators' code, selected by its own flags
+``--draft-attn-impl sdpa --loss-implementation eager`` (flex attention has no CPU backward;
+the fused losses need Triton on a GPU).
+
+usage: python speculators_cpu.py <speculators train arguments>
+"""
+
+import torch
+from speculators.train import cli
+from speculators.train.config import TrainConfig
+from speculators.train.trainer import Trainer
+
+
+class CpuTrainer(Trainer):
+    def setup_model(self):  # type: ignore[no-untyped-def]
+        self.local_rank = "cpu"
+        self.device_type = "cpu"
+        return super().setup_model()
+
+
+if __name__ == "__main__":
+    if torch.accelerator.current_accelerator() is None:
+        torch.accelerator.synchronize = lambda *args, **kwargs: None
+    cli.Trainer = CpuTrainer  # type: ignore[misc]
+    cli.main(TrainConfig.resolve())
