@@ -1,6 +1,7 @@
 """The whole pipeline, attach mode, against SGLang 0.5.23's real app: records token-exact
 against the fake engine's own log, and a rerun after a server restart resumes, sending nothing;
-every turn regenerated and several samples per prompt, token-exact with unique rids."""
+every turn regenerated and several samples per prompt, token-exact with unique rids, each
+turn's prompt the one SGLang's own chat path builds for that conversation."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -125,12 +127,68 @@ def _conversation(cid: str, city: str, result: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _prompts_sglang_chat_builds(
+    tmp_path: Path, rows: list[dict[str, Any]], recs: dict[str, dict[str, Any]]
+) -> dict[str, list[int]]:
+    """Record id -> the prompt ids SGLang 0.5.23's ``/v1/chat/completions`` builds for that turn.
+
+    A second real app, launched as Kimi-K2.5 is deployed (kimi_k2 reasoning and tool-call
+    parsers), answers each turn with the record's output ids (``--fake-outputs``, by rid); the
+    message it returns (reasoning, content, tool calls with its ids) goes into the next turn's
+    request, followed by the data's messages up to the next assistant turn, a tool result
+    answering the data's call i now answering SGLang's call i, as a client replies.
+    """
+    outputs = tmp_path / "chat-outputs.json"
+    outputs.write_text("{}")
+    scripted: dict[str, list[int]] = {}
+    built: dict[str, list[int]] = {}
+    flags = ("--reasoning-parser", "kimi_k2", "--tool-call-parser", "kimi_k2")
+    app = RealAppProcess(tmp_path, *flags, "--fake-outputs", str(outputs)).wait_ready()
+    try:
+        for row in rows:
+            messages = row["messages"][:-1]  # the last reply is the one the last turn makes
+            slots = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i]
+            slots.append(len(messages))
+            for sample in (0, 1):
+                history = messages[: slots[0]]
+                for turn, end in enumerate(slots):
+                    rec_id = f"{row['id']}#s{sample}#t{turn}"
+                    if rec_id not in recs:
+                        break
+                    rid = f"chat-render:{rec_id}"
+                    scripted[rid] = list(recs[rec_id]["output_ids"])
+                    outputs.write_text(json.dumps(scripted))
+                    body = {"messages": history, "tools": row["tools"], "rid": rid,
+                            "max_tokens": 1024}  # fmt: skip
+                    reply = httpx.post(f"{app.url}/v1/chat/completions", json=body, timeout=60)
+                    assert reply.status_code == 200, reply.text
+                    [answer] = [a for a in app.answers() if a["rid"] == rid]
+                    built[rec_id] = answer["input_ids"]
+                    if turn + 1 < len(slots):
+                        message = reply.json()["choices"][0]["message"]
+                        message = {k: v for k, v in message.items() if v is not None}
+                        new_ids = [c["id"] for c in message.get("tool_calls") or []]
+                        old_ids = [c.get("id") for c in messages[end].get("tool_calls") or []]
+                        renamed = dict(zip(old_ids, new_ids, strict=False))
+                        following = [
+                            {**m, "tool_call_id": renamed[m["tool_call_id"]]}
+                            if m.get("tool_call_id") in renamed else m
+                            for m in messages[end + 1 : slots[turn + 1]]
+                        ]  # fmt: skip
+                        history = [*history, message, *following]
+    finally:
+        app.stop()
+    return built
+
+
 def test_all_turns_and_samples_are_token_exact_with_unique_rids(
     tmp_path: Path, prefect_backend: None
 ) -> None:
-    """``regenerate: all_turns`` + ``samples: 2`` against the real app: every turn's prompt
-    holds the model's own earlier turns (tool-call sections, tool results), every record's ids
-    are the fake engine's, and no two requests share a rid (SGLang refuses one it holds)."""
+    """``regenerate: all_turns`` + ``samples: 2`` against the real app: every turn's prompt ids
+    are those SGLang's own chat path builds for the conversation driven through
+    ``/v1/chat/completions`` (each earlier turn as the message SGLang returned for the model's
+    output), every record's output ids are the fake engine's, and no two requests share a rid
+    (SGLang refuses one it holds)."""
     rows = [
         # The conversation of the recorded fixtures (conformance/record.py): the fake model
         # calls no tool in turns 1 and 2 for it, so both samples reach turn 2.
@@ -160,10 +218,15 @@ def test_all_turns_and_samples_are_token_exact_with_unique_rids(
     assert len(rids) == len(set(rids)), f"rids sent twice: {Counter(rids).most_common(3)}"
     answers = {a["rid"]: a for a in sent}
     recs = records(tmp_path / "out", "p_turns")
+    # Every turn's prompt is what SGLang's own chat path builds for that conversation, driven
+    # through /v1/chat/completions with each earlier turn as the message SGLang returned.
+    served = _prompts_sglang_chat_builds(tmp_path, rows, recs)
+    assert sorted(served) == sorted(recs)
     for rec in recs.values():
         got = answers[rec["rid"]]
         assert list(rec["output_ids"]) == got["output_ids"], rec["id"]
-        assert list(rec["prompt_ids"]) == got["input_ids"], rec["id"]
+        assert list(rec["prompt_ids"]) == got["input_ids"], rec["id"]  # stored as sent
+        assert list(rec["prompt_ids"]) == served[rec["id"]], rec["id"]
         assert rec["rid"].split(":")[-2].endswith(rec["id"][len(rec["conversation_id"]) :])
         assert rec["sampling"]["temperature"] == [0.0, 1.0][rec["sample"]], rec["id"]
     assert len(sent) == len(recs), "a request sent for no record, or a record not sent"
