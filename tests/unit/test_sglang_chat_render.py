@@ -100,3 +100,36 @@ def test_the_data_as_it_is_differs_where_sglang_reshapes(asset: str) -> None:
             assert not same, case["name"]
         elif case["name"].startswith("chat_"):
             assert same, case["name"]
+
+
+def test_what_sglang_changed_reads_in_its_own_ids() -> None:
+    """SGLang's recorded prompts, decoded: what ``render: template`` would have missed."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(ASSETS / "kimi-k2.5-mini"))
+    cases = {c["name"]: c for c in recording("kimi-k2.5-mini")["cases"]}
+
+    def text(name: str) -> str:
+        return str(tok.decode(cases[name]["prompt_ids"]))
+
+    # Finding 1: the string '{"city":"Paris"}' is parsed, then printed by tojson.
+    assert '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>' in text(
+        "string_arguments_compact"
+    )
+    # Finding 3: tools as Tool.model_dump(): unset description and defer_loading appear as null.
+    assert (
+        '[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",'
+        '"properties":{"city":{"type":"string"}}},"description":null},"defer_loading":null}]'
+    ) in text("tools_declared")
+    # Finding 2 (input side): the ids in the history are printed as the request has them.
+    assert "<|tool_call_begin|>call_1<|tool_call_argument_begin|>" in text("null_fields")
+    assert "## Return of call_1\n" in text("null_fields")
+    # A final assistant message is sent as a user message.
+    assert text("trailing_assistant_becomes_user").endswith(
+        "<|im_user|>user<|im_middle|>It is sunny.<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think>"
+    )
+    # A tool result given as text parts is joined with a space.
+    assert "## Return of call_1\na b<|im_end|>" in text("tool_content_parts")
+    for name in ("bad_arguments_not_json", "bad_arguments_not_object", "empty_messages"):
+        assert cases[name]["status"] == 400, name
