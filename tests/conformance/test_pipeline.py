@@ -233,7 +233,6 @@ def test_all_turns_and_samples_are_token_exact_with_unique_rids(
     # Where the fake model's calls (drawn from the prompt) differ from the data's turn, the
     # conversation stops there with the reason recorded and its later turns are never sent.
     stopped = {i: r["stop_reason"] for i, r in recs.items() if r["stop_reason"]}
-    print("stopped:", stopped, "records:", sorted(recs))
     assert stopped, "no conversation diverged: the stop path went unchecked"
     for rec_id, reason in stopped.items():
         assert reason.startswith("tool_call_diverged"), (rec_id, reason)
