@@ -72,6 +72,9 @@ class PrefectServer:
         r.raise_for_status()
         return r.json()
 
+    def delete(self, path: str) -> None:
+        httpx.delete(f"{self.api}{path}", timeout=30).raise_for_status()
+
     def get(self, path: str) -> Any:
         r = httpx.get(f"{self.api}{path}", timeout=30)
         r.raise_for_status()

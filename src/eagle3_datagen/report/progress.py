@@ -41,6 +41,7 @@ class Progress:
     truncated: int = 0
     batches: int = 0
     rejects_by_reason: Counter[str] = field(default_factory=Counter)
+    committed: list[int] = field(default_factory=list)  # indices of this run's batches
     # Batches in flight: lines settled in the current attempt; attempts per batch.
     _open: dict[int, int] = field(default_factory=dict)
     attempts: dict[int, int] = field(default_factory=dict)
@@ -84,6 +85,7 @@ class Progress:
         self.rejected += rejected
         self.truncated += truncated
         self.batches += 1
+        self.committed.append(index)
         self.rejects_by_reason.update(rejects_by_reason)
 
     def retry(self) -> None:

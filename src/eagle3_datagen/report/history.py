@@ -1,0 +1,188 @@
+"""Nights side by side: one line per run in ``<output>/history.jsonl``, read back as a table.
+
+Each run's own numbers (tok/s, records, rates, output lengths, wall time) exist only inside the
+run: its summary artifact, its log. A nightly operator asks "is tonight slower than last week?",
+so at the end of every run the flow appends one JSON line with the run's numbers per partition,
+and ``eagle3-datagen history DIR...`` (and the run's history table artifact) shows them run by
+run. Output lengths are those of the batches this run committed (an earlier night's batches
+are not counted again), read from their commit markers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from eagle3_datagen.report.throughput import RunMeter
+from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
+
+HISTORY = "history.jsonl"
+
+# The table's columns: (key of a row, header).
+COLUMNS: list[tuple[str, str]] = [
+    ("started", "started (UTC)"),
+    ("run", "run"),
+    ("partition", "partition"),
+    ("status", "status"),
+    ("records", "records"),
+    ("accept_rate", "accept"),
+    ("reject_rate", "reject"),
+    ("truncation_rate", "trunc"),
+    ("tok_s", "tok/s"),
+    ("output_p50", "out p50"),
+    ("output_p90", "out p90"),
+    ("wall", "wall"),
+]
+
+
+def _pct(values: list[int], q: float) -> int | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _rate(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def partition_numbers(output_dir: str | Path, name: str, meter: RunMeter) -> dict[str, Any]:
+    """One partition's numbers in this run: its counters, and the output lengths of the
+    batches it committed (not those an earlier run committed)."""
+    progress = meter.progress(name)
+    if progress is None:
+        return {"records": 0, "rejected": 0, "lines": 0}
+    out = PartitionOutput(output_dir, name)
+    lengths: list[int] = []
+    for index in sorted(progress.committed):
+        try:
+            marker = BatchSummary.from_json(orjson.loads(out.marker_path(index).read_bytes()))
+        except (OSError, orjson.JSONDecodeError, TypeError):
+            continue  # removed since (an --overwrite of another run)
+        lengths.extend(marker.output_lengths)
+    accepted, rejected = progress.accepted, progress.rejected
+    return {
+        "lines": progress.lines,
+        "records": accepted,
+        "rejected": rejected,
+        "accept_rate": _rate(accepted, accepted + rejected),
+        "reject_rate": _rate(rejected, accepted + rejected),
+        "truncation_rate": _rate(progress.truncated, accepted),
+        "output_tokens": progress.output_tokens,
+        "tok_s": round(progress.tok_s(), 1),
+        "wall_s": round(progress.elapsed(), 1),
+        "output_p50": _pct(lengths, 0.5),
+        "output_p90": _pct(lengths, 0.9),
+    }
+
+
+def history_entry(
+    output_dir: str | Path,
+    meter: RunMeter,
+    statuses: dict[str, str],
+    *,
+    run_id: str,
+    run_name: str,
+    started: datetime,
+    ended: datetime,
+    deployment: str | None = None,
+) -> dict[str, Any]:
+    """The run's line of the history: who, when, and each partition's numbers."""
+    return {
+        "run_id": run_id,
+        "run_name": run_name,
+        "deployment": deployment,
+        "started": started.isoformat(timespec="seconds"),
+        "ended": ended.isoformat(timespec="seconds"),
+        "wall_s": round((ended - started).total_seconds(), 1),
+        "partitions": {
+            name: {"status": status, **partition_numbers(output_dir, name, meter)}
+            for name, status in statuses.items()
+        },
+    }
+
+
+def append_history(output_dir: str | Path, entry: dict[str, Any]) -> Path:
+    """Append the run's line (one ``write`` with ``O_APPEND``: concurrent fan-out jobs' lines
+    do not interleave)."""
+    path = Path(output_dir) / HISTORY
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, orjson.dumps(entry) + b"\n")
+    finally:
+        os.close(fd)
+    return path
+
+
+def read_history(output_dir: str | Path) -> list[dict[str, Any]]:
+    """The runs recorded in ``output_dir``, oldest first; a torn last line is skipped."""
+    try:
+        data = (Path(output_dir) / HISTORY).read_bytes()
+    except FileNotFoundError:
+        return []
+    entries = []
+    for line in data.splitlines():
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
+def _fmt_rate(value: Any) -> str:
+    return "-" if value is None else f"{100 * float(value):.1f}%"
+
+
+def _fmt_wall(seconds: Any) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(round(float(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def history_rows(
+    entries: Iterable[dict[str, Any]], partitions: Iterable[str] | None = None
+) -> list[dict[str, Any]]:
+    """One row per run and partition, oldest first, formatted for a table."""
+    wanted = set(partitions) if partitions else None
+    rows = []
+    for entry in sorted(entries, key=lambda e: str(e.get("started", ""))):
+        for name, p in (entry.get("partitions") or {}).items():
+            if wanted is not None and name not in wanted:
+                continue
+            rows.append(
+                {
+                    "started": str(entry.get("started", "-"))[:16].replace("T", " "),
+                    "run": entry.get("run_name") or entry.get("run_id") or "-",
+                    "partition": name,
+                    "status": p.get("status", "-"),
+                    "records": p.get("records", 0),
+                    "accept_rate": _fmt_rate(p.get("accept_rate")),
+                    "reject_rate": _fmt_rate(p.get("reject_rate")),
+                    "truncation_rate": _fmt_rate(p.get("truncation_rate")),
+                    "tok_s": "-" if p.get("tok_s") is None else round(p["tok_s"]),
+                    "output_p50": "-" if p.get("output_p50") is None else p["output_p50"],
+                    "output_p90": "-" if p.get("output_p90") is None else p["output_p90"],
+                    "wall": _fmt_wall(p.get("wall_s")),
+                }
+            )
+    return rows
+
+
+def history_text(rows: list[dict[str, Any]]) -> str:
+    """The rows as an aligned plain-text table (the CLI's output)."""
+    if not rows:
+        return "no runs recorded"
+    cells = [[h for _, h in COLUMNS]] + [[str(r[k]) for k, _ in COLUMNS] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(line.rstrip() for line in lines)
