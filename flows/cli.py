@@ -1,4 +1,5 @@
-"""The ``eagle3-datagen`` command: run, demo, emulator, validate, export, failures, alarm.
+"""The ``eagle3-datagen`` command: run, demo, emulator, validate, export, history, failures,
+alarm.
 
 The top layer: it starts the flows (and sets the Prefect settings a local run needs), so the
 library below never imports Prefect. Prefect is imported only by the commands that use it, so
@@ -100,6 +101,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     updates: dict[str, Any] = {}
     if args.output:
         updates["output_dir"] = str(Path(args.output).resolve())
+    if args.wait_for_lock is not None:
+        updates["lock_wait_s"] = None if args.wait_for_lock < 0 else args.wait_for_lock
     if updates:
         config = config.model_copy(update=updates)
     for name in args.partition or []:
@@ -159,6 +162,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    """The runs recorded in output directories, side by side (no Prefect: read from disk)."""
+    from eagle3_datagen.report.history import history_rows, history_text, read_history
+
+    entries = [e for d in args.dataset for e in read_history(d)]
+    if not entries:
+        raise ConfigError(f"no runs recorded in {', '.join(args.dataset)} (no history.jsonl)")
+    rows = history_rows(entries, args.partition)
+    print(history_text(rows[-args.last :] if args.last else rows))
+    return 0
+
+
 def cmd_failures(args: argparse.Namespace) -> int:
     """A run's failed batches from the Prefect API (PREFECT_API_URL)."""
     from eagle3_datagen_flows.ops import failed_batches, failures_text
@@ -169,10 +184,10 @@ def cmd_failures(args: argparse.Namespace) -> int:
 
 
 def cmd_alarm_install(args: argparse.Namespace) -> int:
-    """The throughput automation with a named notification block (PREFECT_API_URL)."""
-    from eagle3_datagen_flows.ops import ALARM_FILE, install_alarm
+    """The shipped automations (throughput low, run failed) with a named notification block."""
+    from eagle3_datagen_flows.ops import ALARM_FILES, install_alarms
 
-    print(asyncio.run(install_alarm(args.block, Path(args.file) if args.file else ALARM_FILE)))
+    print(asyncio.run(install_alarms(args.block, [Path(args.file)] if args.file else ALARM_FILES)))
     return 0
 
 
@@ -190,6 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="eagle3-datagen",
         description="Exact-token EAGLE-3 training data from SGLang, orchestrated by Prefect.",
     )
+    from eagle3_datagen.provenance import pipeline_version
+
+    parser.add_argument(
+        "--version", action="version", version=f"eagle3-datagen {pipeline_version()}"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="one ad-hoc flow run of a config")
@@ -202,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--overwrite", action="store_true", help="allow writing over data of another fingerprint"
     )
+    run.add_argument(
+        "--wait-for-lock", type=float, metavar="SECONDS",
+        help="when another run is writing a partition of the output directory, wait this long "
+        "for it (-1: as long as it takes) instead of refusing at once",
+    )  # fmt: skip
     run.add_argument(
         "--fan-out",
         metavar="DEPLOYMENT",
@@ -267,6 +292,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(func=cmd_export)
 
+    history = sub.add_parser(
+        "history",
+        help="runs side by side: records, rates, tok/s, output lengths, wall time per partition",
+    )
+    history.add_argument("dataset", nargs="+", metavar="DIR", help="output directories")
+    history.add_argument("--partition", action="append", metavar="NAME", help="only this one")
+    history.add_argument("--last", type=int, metavar="N", help="only the last N rows")
+    history.set_defaults(func=cmd_history)
+
     failures = sub.add_parser(
         "failures",
         help="a run's failed batches (batch, lines, attempts, cause) from the Prefect API",
@@ -277,11 +311,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     failures.set_defaults(func=cmd_failures)
 
-    alarm = sub.add_parser("alarm", help="the throughput alarm's Prefect automation")
+    alarm = sub.add_parser("alarm", help="the Prefect automations: throughput low, run failed")
     alarm_sub = alarm.add_subparsers(dest="alarm_command", required=True)
     install = alarm_sub.add_parser(
         "install",
-        help="create or update the automation from flows/automations/throughput-low.yaml",
+        help="create or update the automations of flows/automations (throughput-low.yaml, "
+        "run-failed.yaml)",
     )
     install.add_argument(
         "--block", required=True, metavar="NAME",

@@ -1,10 +1,10 @@
-"""What the command line asks the Prefect API: a run's failed batches, the alarm automation.
+"""What the command line asks the Prefect API: a run's failed batches, the automations.
 
 ``eagle3-datagen failures [FLOW_RUN]`` reads the failed-batches tables the partition subflows
 write (and, for a partition still running or one that crashed before writing its table, the
 failed batch task runs' own messages). ``eagle3-datagen alarm install --block NAME`` creates
-the throughput automation from ``automations/throughput-low.yaml`` (package data of
-``eagle3_datagen_flows``, so it is there after ``pip install .``) with a named
+the automations of ``automations/`` (throughput low, run failed; package data of
+``eagle3_datagen_flows``, so they are there after ``pip install .``) with a named
 notification block, so no placeholder id ever reaches the server.
 """
 
@@ -45,6 +45,8 @@ from eagle3_datagen_flows.prefect_text import failure_reason
 PARENT_FLOWS = ["eagle3-datagen", "eagle3-datagen-fanout"]
 # Package data: the file installs with this package, so `alarm install` works from a wheel too.
 ALARM_FILE = Path(str(resources.files("eagle3_datagen_flows") / "automations/throughput-low.yaml"))
+# Every shipped automation: `alarm install` installs them all with the one block.
+ALARM_FILES = [ALARM_FILE, ALARM_FILE.with_name("run-failed.yaml")]
 
 
 async def _find_run(client: PrefectClient, ref: str | None) -> FlowRun:
@@ -129,7 +131,7 @@ def failures_text(run: FlowRun, rows: list[dict[str, Any]]) -> str:
     state = run.state.type.value if run.state else "UNKNOWN"
     head = f"flow run {run.name!r} ({run.id}) {state}"
     if run.state and run.state.message and state != "COMPLETED":
-        head += f": {failure_reason(run.state.message, state)[:300]}"
+        head += f": {failure_reason(run.state.message, state)}"  # whole: no mid-word cut
     if not rows:
         return head + "\nno failed batches"
     lines = [head, f"{len(rows)} failed batches:", "batch\tlines\tattempts\tcause"]
@@ -172,8 +174,14 @@ async def _block_id(client: PrefectClient, block: str) -> tuple[UUID, str]:
     return doc.id, f"{kind}/{doc.name}"
 
 
+async def install_alarms(block: str, paths: list[Path]) -> str:
+    """Create (or update, by name) each automation file's automation with ``block``; one line
+    per automation saying what was done."""
+    return "\n".join([await install_alarm(block, path) for path in paths])
+
+
 async def install_alarm(block: str, path: Path = ALARM_FILE) -> str:
-    """Create (or update, by name) the throughput automation with ``block``; says what it did."""
+    """Create (or update, by name) the file's automation with ``block``; says what it did."""
     async with get_client() as client:
         block_id, block_name = await _block_id(client, block)
         automation = automation_spec(path, block_id)

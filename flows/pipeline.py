@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow, get_run_logger, tags
+from prefect.artifacts import acreate_table_artifact
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import get_run_context
 from prefect.flows import Flow
@@ -30,6 +31,12 @@ from eagle3_datagen.errors import OutputWriteError
 from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.precheck import RunCheck, check_before_server
 from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
+from eagle3_datagen.report.history import (
+    append_history,
+    history_entry,
+    history_rows,
+    read_history,
+)
 from eagle3_datagen.report.outcome import RunOutcome
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import run_name
@@ -38,6 +45,7 @@ from eagle3_datagen.sglang.orphans import kill_recorded
 from eagle3_datagen.sglang.process import server_state_dir
 from eagle3_datagen.sglang.session import ServerSession, open_server
 from eagle3_datagen.write.guard import guard_output
+from eagle3_datagen.write.lock import PartitionLocks
 from eagle3_datagen.write.manifest import update_manifest
 from eagle3_datagen_flows.auto_concurrency import emit_limit_changes, publish_limit_changes
 from eagle3_datagen_flows.partition import generate_partition
@@ -164,6 +172,33 @@ def _this_run(logger: LogSink) -> FlowRun:
     return flow_run
 
 
+HISTORY_KEY = "datagen-history"
+HISTORY_ROWS = 60  # the table artifact's latest rows (the file keeps every run)
+
+
+async def _record_history(
+    config: PipelineConfig, meter: RunMeter, outcome: RunOutcome, flow_run: FlowRun,
+    started: datetime,
+) -> None:  # fmt: skip
+    """The run's line of ``history.jsonl`` and the directory's history table artifact; only
+    for a run that generated (one stopped before its partitions started made no numbers)."""
+    if not any(meter.progress(name) for name in outcome.names):
+        return
+    try:
+        entry = history_entry(
+            config.output_dir, meter, outcome.final_states(),
+            run_id=str(flow_run.id), run_name=flow_run.name, started=started,
+            ended=datetime.now(UTC), deployment=current_deployment.name,
+        )  # fmt: skip
+        append_history(config.output_dir, entry)
+        table = history_rows(read_history(config.output_dir))[-HISTORY_ROWS:]
+        await acreate_table_artifact(
+            table, key=HISTORY_KEY, description=f"runs into {config.output_dir}, latest last"
+        )
+    except Exception as err:  # reports must never fail a run that generated its data
+        get_run_logger().warning(f"run history not written: {err}")
+
+
 def _run_name() -> str:
     """What ran: the deployment (or output directory), the partitions, when (UTC)."""
     params = current_run.parameters
@@ -202,9 +237,15 @@ async def datagen(
     meter = RunMeter()
     outcome = RunOutcome(names)
     report = RunReport(flow_run, outcome, meter)
+    started = datetime.now(UTC)
+    locks = PartitionLocks(config.output_dir, names, run_id=str(flow_run.id),
+                           run_name=flow_run.name, wait_s=config.lock_wait_s)  # fmt: skip
     try:
-        # Inputs, tokenizer and special tokens before the server: a model load takes minutes.
-        check = check_before_server(config, names, sizes=meter.sizes)
+        # Inputs, tokenizer, special tokens, output before the server: a model load takes
+        # minutes. Then one writer per partition: another run holding one refuses this one.
+        check = check_before_server(config, names, sizes=meter.sizes, overwrite=overwrite)
+        for note in await asyncio.to_thread(locks.acquire):
+            logger.warning(note)
         await report.open()
         async with _session(
             config, names, check, meter,
@@ -221,6 +262,8 @@ async def datagen(
         raise
     finally:
         await report.summary(config.output_dir)
+        locks.release()
+        await _record_history(config, meter, outcome, flow_run, started)
     failure = outcome.failure()
     if failure is not None:
         raise failure

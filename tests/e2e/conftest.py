@@ -17,14 +17,16 @@ from tests.support import REPO
 from tests.support.prefect import PrefectServer, running_prefect_server
 
 
-def readme_deploy_commands() -> list[str]:
-    """The work-pool and deploy lines of README's "Operating it from the Prefect UI" block."""
+def readme_deploy_commands(
+    wanted: tuple[str, ...] = ("prefect work-pool create", "prefect --no-prompt"),
+) -> list[str]:
+    """The lines of README's "Operating it from the Prefect UI" block that start with
+    ``wanted`` (default: the work-pool and deploy lines)."""
     text = (REPO / "README.md").read_text()
     section = text.split("## Operating it from the Prefect UI", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     assert block, "README: no bash block under 'Operating it from the Prefect UI'"
     lines = [line.split("  #", 1)[0].strip() for line in block.group(1).splitlines()]
-    wanted = ("prefect work-pool create", "prefect --no-prompt")
     commands = [c for c in lines if c.startswith(wanted)]
     assert len(commands) >= 2, commands
     return commands
@@ -39,10 +41,14 @@ def prefect_server() -> Iterator[PrefectServer]:
 
 @pytest.fixture(scope="session")
 def deployed(prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The work pool, the repo's deployments (as the README says) and one process worker."""
+    """The work pools, the repo's deployments and the workers, as the README says; returns the
+    gpu-process worker's log."""
     srv = prefect_server
     for line in readme_deploy_commands():  # exactly as README gives them
         srv.cli(*shlex.split(line)[1:])
-    log = tmp_path_factory.mktemp("worker") / "worker.log"
-    srv.start("worker", "start", "--pool", "gpu-process", "--name", "e2e-gpu-node", log=log)
-    return log
+    logs = tmp_path_factory.mktemp("worker")
+    for line in readme_deploy_commands(("prefect worker start",)):
+        args = shlex.split(line)[1:]
+        pool = args[args.index("--pool") + 1]
+        srv.start(*args, "--name", f"e2e-{pool}", log=logs / f"{pool}.log")
+    return logs / "gpu-process.log"

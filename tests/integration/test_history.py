@@ -12,6 +12,7 @@ from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.generate.batch import PartitionRunner
 from eagle3_datagen.inputs.prompts import plan_batches
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.report.history import (
     append_history,
     history_entry,
@@ -21,7 +22,6 @@ from eagle3_datagen.report.history import (
 )
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.sglang.client import SGLangClient
-from eagle3_datagen.validate.tokens import TokenIds
 from eagle3_datagen.write.shards import PartitionOutput
 from tests.support import TOKENIZER_DIR
 from tests.support.prompts import write_prompts

@@ -113,6 +113,10 @@ def test_the_parents_table_has_every_partition_before_and_while_it_runs() -> Non
     table = run_progress_markdown(meter, {"a": "running"})
     assert "| a | running | 16/64 | 25% | 20 | 0 | 0.4m |" in table
     assert "| b | waiting | 0/24 | 0% | - | - | - |" in table
+    # The batch fails: its settled lines are not on disk, and a failed partition has no ETA.
+    a.batch_failed(0)
+    table = run_progress_markdown(meter, {"a": "failed"})
+    assert "| a | failed | 0/64 | 0% | 20 | 0 | - |" in table
 
 
 def test_small_formats() -> None:

@@ -124,11 +124,14 @@ class PartitionRunner:
         """Process one batch end to end, or return its summary if it was committed before.
 
         A failure no retry can fix (``errors.final_cause``) stops the whole run: every
-        partition, at once (``ServerSupervisor.stop``)."""
+        partition, at once (``ServerSupervisor.stop``). A failed attempt's settled lines stop
+        counting as done: progress counts what is on disk and in flight, not what a failed
+        batch will redo."""
         try:
             return await self._run_batch(spec)
-        except Exception as err:
-            if self.supervisor is not None:
+        except BaseException as err:
+            self.progress.batch_failed(spec.index)
+            if isinstance(err, Exception) and self.supervisor is not None:
                 self.supervisor.stop(err)
             raise
 

@@ -88,6 +88,10 @@ class Progress:
         self.committed.append(index)
         self.rejects_by_reason.update(rejects_by_reason)
 
+    def batch_failed(self, index: int) -> None:
+        """The attempt at batch ``index`` failed: its lines are not done (a retry redoes them)."""
+        self._open.pop(index, None)
+
     def retry(self) -> None:
         self.errors += 1
 

@@ -261,9 +261,10 @@ def run_progress_markdown(meter: RunMeter, states: dict[str, str]) -> str:
             rows.append(f"| {name} | {state} | 0/{size} | 0% | - | - | - |")
             continue
         pct = progress_percent(progress.done, size or progress.total_lines)
+        eta = progress.eta() if state in ("running", "waiting") else "-"  # none once it ended
         rows.append(
             f"| {name} | {state} | {progress.done}/{size or progress.total_lines} | {pct:.0f}% | "
-            f"{progress.tok_s():.0f} | {progress.errors} | {progress.eta()} |"
+            f"{progress.tok_s():.0f} | {progress.errors} | {eta} |"
         )
     return "\n".join(rows)
 
