@@ -42,15 +42,30 @@ def run_pipeline(
     """Run the parent flow in this process; return (completed, manifest or one-line reason).
 
     With ``fan_out`` (a deployment name), each partition instead runs as a job of that
-    deployment on its work pool's workers, and this process only waits and merges.
+    deployment on its work pool's workers, and this process only waits and merges. SIGINT or
+    SIGTERM stops the run within seconds, marks it Cancelled and raises
+    :class:`~eagle3_datagen_flows.interrupt.Interrupted` (see ``flows/interrupt.py``).
     """
+    from eagle3_datagen_flows.interrupt import (
+        Interrupted,
+        mark_cancelled,
+        stop_on_signals,
+        temporary_prefect_server,
+    )
+
     _prefect_env()
+    runs: list[Any] = []  # the flow run, once Prefect says how it ended (its hooks)
+
+    def seen(flow: Any, flow_run: Any, state: Any) -> None:
+        runs.append(flow_run)
 
     async def _run() -> Any:  # the flow's final Prefect State (flows/ is where Prefect is)
         if fan_out:
             from eagle3_datagen_flows.fanout import datagen_fanout
 
-            return await datagen_fanout(
+            return await datagen_fanout.with_options(
+                on_crashed=[*datagen_fanout.on_crashed_hooks, seen]
+            )(
                 config=config,
                 partitions=partitions or None,
                 deployment=fan_out,
@@ -59,7 +74,7 @@ def run_pipeline(
             )
         from eagle3_datagen_flows.pipeline import datagen
 
-        return await datagen(
+        return await datagen.with_options(on_crashed=[*datagen.on_crashed_hooks, seen])(
             config=config,
             partitions=partitions or None,
             server_url=server_url,
@@ -67,9 +82,18 @@ def run_pipeline(
             return_state=True,
         )
 
-    state = asyncio.run(_run())
-    if state.is_completed():
-        return True, asyncio.run(state.aresult())
+    async def _main() -> Any:
+        try:
+            return await stop_on_signals(_run())
+        except Interrupted as stop:
+            for run in runs[:1]:
+                await mark_cancelled(run.id, f"cancelled by {stop}")
+            raise
+
+    with temporary_prefect_server():
+        state = asyncio.run(_main())
+        if state.is_completed():
+            return True, asyncio.run(state.aresult())
     return False, _one_line(state.message or state.type.value)
 
 
@@ -345,6 +369,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("eagle3-datagen: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        from eagle3_datagen_flows.interrupt import Interrupted
+
+        if not isinstance(err, Interrupted):
+            raise
+        print(f"eagle3-datagen: {err}: the run stopped and is marked Cancelled; rerun the same "
+              "command to finish it", file=sys.stderr)  # fmt: skip
         return 130
 
 

@@ -21,6 +21,7 @@ from prefect import flow, get_run_logger, tags
 from prefect.artifacts import acreate_table_artifact
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import get_run_context
+from prefect.exceptions import TerminationSignal
 from prefect.flows import Flow
 from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_run
@@ -52,6 +53,12 @@ from eagle3_datagen_flows.partition import generate_partition
 from eagle3_datagen_flows.prefect_text import failure_reason
 from eagle3_datagen_flows.run_report import RunReport
 from eagle3_datagen_flows.secrets import api_key_for
+
+
+def _cancelled(err: BaseException) -> bool:
+    """A stop that someone asked for: a cancellation from the UI or API (SIGTERM from the
+    worker), Ctrl-C, or the task's cancellation by the command line's signal handler."""
+    return isinstance(err, asyncio.CancelledError | KeyboardInterrupt | TerminationSignal)
 
 
 def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]) -> None:
@@ -258,7 +265,7 @@ async def datagen(
         manifest = _write_manifest(config, session.fingerprint, outcome, logger)
         await report.publish_data(config, manifest, states)
     except BaseException as err:
-        outcome.stopped(err)
+        outcome.stopped(err, cancelled=_cancelled(err))
         raise
     finally:
         await report.summary(config.output_dir)

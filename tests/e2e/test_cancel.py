@@ -42,6 +42,12 @@ def test_cancelled_run_leaves_no_server_process(
     srv.cli("flow-run", "cancel", run_id)
     run = srv.wait_final(run_id, timeout=180)
     assert run["state_type"] == "CANCELLED"
+    # The summary says cancelled, not "failed: run stopped before it finished: 15".
+    [summary] = srv.post("/artifacts/filter", {"artifacts": {
+        "key": {"any_": ["datagen-summary"]}, "flow_run_id": {"any_": [run_id]}}})  # fmt: skip
+    rows = json.loads(summary["data"]) if isinstance(summary["data"], str) else summary["data"]
+    assert {r["status"] for r in rows} <= {"cancelled", "completed"}, rows
+    assert "cancelled" in {r["status"] for r in rows} and "CANCELLED" in summary["description"]
     deadline = time.monotonic() + 60
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.5)

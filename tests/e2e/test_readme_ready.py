@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.prefect import PrefectServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_every_deployment_is_ready(prefect_server: PrefectServer, deployed: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from tests.support import REPO
 from tests.support.prefect import Hook, PrefectServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 BLOCK = "e2e-run-alerts"
 AUTOMATION = "eagle3-datagen run failed"

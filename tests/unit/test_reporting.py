@@ -132,3 +132,16 @@ def test_alarm_markdown_says_by_how_much() -> None:
     assert "| expected | 930 |" in text and "| alarm threshold | 465 |" in text
     back = ThroughputChange("recovered", 990.0, 930.0, 465.0, 120.0, 1500.0, 600.0, 210.0)
     assert "recovered to 990 tok/s" in throughput_markdown(back, "r")
+
+
+def test_a_cancelled_run_reads_as_cancelled_not_as_a_signal_number(tmp_path) -> None:
+    from eagle3_datagen.report.ui import stopped_reason, summary_rows
+
+    errors = {
+        "a": stopped_reason(RuntimeError("15"), cancelled=True),
+        "b": stopped_reason(RuntimeError("disk full")),
+    }
+    rows = summary_rows(str(tmp_path), ["a", "b", "c"], {"c"}, errors, RunMeter())
+    assert [r["status"] for r in rows] == ["cancelled", "failed", "completed"]
+    assert "15" not in rows[0]["error"] and rows[0]["error"].startswith("cancelled: ")
+    assert summary_description(rows, "/out").endswith("; CANCELLED: a; FAILED: b")

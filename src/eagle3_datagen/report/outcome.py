@@ -15,6 +15,7 @@ from eagle3_datagen.errors import DatagenError, RunFailed
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import (
     failed_partition_entry,
+    partition_status,
     run_failure_message,
     stopped_reason,
     summary_rows,
@@ -58,12 +59,12 @@ class RunOutcome:
         if error is not None:
             self.stop = error
 
-    def stopped(self, err: BaseException) -> None:
-        """The run stopped on ``err``: every partition not completed says so, unless it already
-        has its own reason."""
+    def stopped(self, err: BaseException, *, cancelled: bool = False) -> None:
+        """The run stopped on ``err`` (``cancelled``: someone stopped it): every partition not
+        completed says so, unless it already has its own reason."""
         for name in self.names:
             if name not in self.completed:
-                self.errors.setdefault(name, stopped_reason(err))
+                self.errors.setdefault(name, stopped_reason(err, cancelled=cancelled))
 
     def manifest_failure_is_consequence(self) -> bool:
         """Whether a manifest that cannot be written is only a consequence (logged, a rerun
@@ -77,7 +78,7 @@ class RunOutcome:
         final = {name: self.states.get(name, "not run") for name in self.names}
         for name, state in final.items():
             if state == "running":
-                final[name] = "failed" if name in self.errors else "not run"
+                final[name] = partition_status(name, self.completed, self.errors)
         return final
 
     def summary_rows(

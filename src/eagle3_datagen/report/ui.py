@@ -115,7 +115,7 @@ def summary_rows(
     """The run summary table: one row per partition, this run's numbers and what is on disk."""
     rows = []
     for name in names:
-        status = "completed" if name in completed else "failed" if name in errors else "not run"
+        status = partition_status(name, completed, errors)
         progress = meter.progress(name)
         this_run = progress.this_run() if progress is not None else None
         size = meter.sizes.get(name) or (progress.total_lines if progress is not None else 0)
@@ -143,9 +143,12 @@ def partition_summary(output_dir: str, partition: str, progress: Progress | None
 
 
 def summary_description(rows: list[dict[str, Any]], output_dir: str) -> str:
-    failed = [r["partition"] for r in rows if r["status"] != "completed"]
+    failed = [r["partition"] for r in rows if r["status"] not in ("completed", CANCELLED)]
+    cancelled = [r["partition"] for r in rows if r["status"] == CANCELLED]
     accepted = sum(int(r["accepted"]) for r in rows)
     head = f"{len(rows)} partitions, {accepted} records accepted in this run, output {output_dir}"
+    if cancelled:
+        head += f"; CANCELLED: {', '.join(cancelled)}"
     return head + (f"; FAILED: {', '.join(failed)}" if failed else "")
 
 
@@ -194,9 +197,24 @@ def failed_partition_entry(name: str, state_type: str, message: str | None) -> d
     return {"partition": name, "status": state_type.lower(), "error": message}
 
 
-def stopped_reason(err: BaseException) -> str:
-    """Why partitions that had not finished when the run stopped did not finish."""
+CANCELLED = "cancelled"
+
+
+def stopped_reason(err: BaseException, *, cancelled: bool = False) -> str:
+    """Why partitions that had not finished when the run stopped did not finish; a run that
+    was cancelled (from the UI, Ctrl-C, SIGTERM) says so, not the signal's number."""
+    if cancelled:
+        return f"{CANCELLED}: the run was stopped before this partition finished"
     return f"run stopped before it finished: {str(err) or type(err).__name__}"
+
+
+def partition_status(name: str, completed: set[str], errors: dict[str, str]) -> str:
+    """completed, cancelled, failed or not run."""
+    if name in completed:
+        return "completed"
+    if name not in errors:
+        return "not run"
+    return CANCELLED if errors[name].startswith(CANCELLED) else "failed"
 
 
 def partition_plan_line(
