@@ -48,5 +48,5 @@ def prefect_backend() -> Iterator[None]:
     """Prefect's real local backend (a temporary SQLite API server), once per test session."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=300):  # a loaded 2-core machine: ~140 s
         yield
