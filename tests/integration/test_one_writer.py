@@ -18,7 +18,11 @@ from tests.support import free_port
 from tests.support.pipeline import CliRun, base_config
 from tests.support.prompts import write_prompts
 
-pytestmark = [pytest.mark.usefixtures("prefect_backend"), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.usefixtures("prefect_backend"),
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+]
 
 
 def test_second_run_refuses_then_history_and_conflicts(
