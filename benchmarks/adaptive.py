@@ -16,20 +16,30 @@ policy runs out of work. Each run is cancelled at the end, the emulator drains, 
 one starts on the same server. ``auto / best static`` is the
 figure; ``auto / seed`` compares with the seed's hand-tuned value for that workload (150 for
 SHORT-like, 32 for LONG-like outputs).
+
+The fourth profile, ``router``, is two ``seed-node`` emulators behind a round-robin front
+(``tests/support/front.py``) whose ``/metrics`` is sglang-router's (``sgl_router_*``) and whose
+``/v1/loads`` is 404, as a run attached to a router sees it: the controller finds no SGLang
+series at the start and steers on the responses alone. Its rate is the sum of both servers'
+(each its own simulated clock), and its static sweep counts requests across both.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 
 from benchmarks.common import TOKENIZER_DIR, Emulator, emit, run_async
+from tests.support.front import FrontProcess
 
 
 @dataclass(frozen=True)
@@ -43,13 +53,19 @@ class Workload:
     warmup_sim_s: float = 400.0
     end_sim_s: float = 2400.0
     prompt_tokens: int = 1000
+    physics: str = ""  # --emu-physics (default: the profile's name)
+    servers: int = 1  # more than one: behind a round-robin front with a router's /metrics
 
 
 WORKLOADS = {
     "seed-node": Workload("seed-node", 2400, 10240, (32, 64, 150, 256, 400), 150, 0.0015),
     "kv-poor": Workload("kv-poor", 2000, 10240, (32, 64, 100, 150, 256), 150, 0.0015),
     "reasoning": Workload("reasoning", 1200, 16384, (16, 32, 64, 96, 150), 32, 0.0015),
-}
+    "router": Workload(
+        "router", 4800, 10240, (64, 128, 300, 512, 800), 300, 0.0015,
+        physics="seed-node", servers=2,
+    ),
+}  # fmt: skip
 
 
 @dataclass
@@ -83,9 +99,29 @@ async def _stats(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
         return data
 
 
+async def _all_stats(session: aiohttp.ClientSession, urls: list[str]) -> list[dict[str, Any]]:
+    return list(await asyncio.gather(*(_stats(session, u) for u in urls)))
+
+
+def _rate(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float:
+    """Simulated output tokens per simulated second, summed over the servers (each has its own
+    clock; all of them are loaded in the window)."""
+    return sum(
+        (y["physics"]["generated_tokens"] - x["physics"]["generated_tokens"])
+        / (y["physics"]["sim_s"] - x["physics"]["sim_s"])
+        for x, y in zip(a, b, strict=True)
+    )
+
+
 async def one_run(
-    url: str, w: Workload, prompts: list[list[int]], policy: int | str, interval_s: float
+    url: str,
+    w: Workload,
+    prompts: list[list[int]],
+    policy: int | str,
+    interval_s: float,
+    servers: list[str] | None = None,
 ) -> RunResult:
+    """One policy's run against ``url`` (the emulator, or the front over ``servers``)."""
     from eagle3_datagen.config import AutoConcurrency, RetryPolicy
     from eagle3_datagen.sglang.budget import ServerBudget
     from eagle3_datagen.sglang.client import SGLangClient
@@ -93,6 +129,7 @@ async def one_run(
     from eagle3_datagen.sglang.load import LoadReader
     from eagle3_datagen.sglang.requests import generate_with_retries
 
+    servers = servers or [url]
     n = len(prompts)
     budget = ServerBudget()
     controller = None
@@ -120,16 +157,16 @@ async def one_run(
             )
             for i, ids in enumerate(prompts)
         ]  # fmt: skip
-        base = (await _stats(session, url))["physics"]["sim_s"]
+        base = [s["physics"]["sim_s"] for s in await _all_stats(session, servers)]
         a = b = None
         while b is None:
             await asyncio.sleep(0.05)
-            s = await _stats(session, url)
-            sim = s["physics"]["sim_s"] - base
+            now = await _all_stats(session, servers)
+            sim = min(s["physics"]["sim_s"] - b0 for s, b0 in zip(now, base, strict=True))
             if a is None and sim >= w.warmup_sim_s:
-                a = s
+                a = now
             elif a is not None and sim >= w.end_sim_s:
-                b = s
+                b = now
         if client.started >= n:
             raise RuntimeError(f"{w.profile} {policy}: all {n} prompts started; raise --scale")
         for t in tasks:
@@ -137,20 +174,21 @@ async def one_run(
         await asyncio.gather(*tasks, return_exceptions=True)
         if controller is not None:
             await controller.aclose()
-        while True:  # let the server drain the cancelled requests before the next run
-            s = await _stats(session, url)
-            if s["running"] == 0 and s["queued"] == 0:
+        while True:  # let the servers drain the cancelled requests before the next run
+            now = await _all_stats(session, servers)
+            if all(s["running"] == 0 and s["queued"] == 0 for s in now):
                 break
             await asyncio.sleep(0.05)
     assert a is not None
-    pa, pb = a["physics"], b["physics"]
-    tokens = pb["generated_tokens"] - pa["generated_tokens"]
     # Simulated seconds of server work, not wall time / scale: immune to the emulator's own
-    # lag behind the scaled clock on a busy machine (the server is never idle in the window).
-    tok_s = tokens / (pb["sim_s"] - pa["sim_s"])
+    # lag behind the scaled clock on a busy machine (the servers are never idle in the window).
+    tok_s = _rate(a, b)
+    retracted = sum(
+        y["physics"]["retracted"] - x["physics"]["retracted"] for x, y in zip(a, b, strict=True)
+    )
     limits = [d.limit for d in controller.history] if controller is not None else []
     wall = time.monotonic() - t0
-    return RunResult(str(policy), tok_s, pb["retracted"] - pa["retracted"], wall, limits)
+    return RunResult(str(policy), tok_s, retracted, wall, limits)
 
 
 async def bench_profile(w: Workload, interval_s: float, statics: tuple[int, ...]) -> dict[str, Any]:
@@ -159,19 +197,27 @@ async def bench_profile(w: Workload, interval_s: float, statics: tuple[int, ...]
 
     vocab = Vocab(TOKENIZER_DIR)
     prompts = [make_prompt(vocab, w.prompt_tokens, i) for i in range(w.prompts)]
-    flags = ["--emu-physics", w.profile, "--emu-time-scale", str(w.time_scale), "--enable-metrics"]
+    flags = ["--emu-physics", w.physics or w.profile, "--emu-time-scale", str(w.time_scale),
+             "--enable-metrics"]  # fmt: skip
     results: list[RunResult] = []
-    with Emulator(*flags) as emu:
-        policies: list[int | str] = [*statics, "auto"]
+    policies: list[int | str] = [*statics, "auto"]
+    with contextlib.ExitStack() as stack:
+        emus = [stack.enter_context(Emulator(*flags)) for _ in range(w.servers)]
+        servers = [e.url for e in emus]
+        url = servers[0]
+        if w.servers > 1:
+            log = Path(tempfile.mkdtemp(prefix="front-")) / "front.log"
+            url = stack.enter_context(FrontProcess(servers, log)).url
         for policy in policies:
-            results.append(await one_run(emu.url, w, prompts, policy, interval_s))
-        lag = emu.stats()["physics"]["lag_s"]
+            results.append(await one_run(url, w, prompts, policy, interval_s, servers))
+        lag = max(e.stats()["physics"]["lag_s"] for e in emus)
     static = {r.policy: r for r in results if r.policy != "auto"}
     auto = next(r for r in results if r.policy == "auto")
     best = max(static.values(), key=lambda r: r.tok_s)
     seed = static.get(str(w.seed_static))
     return {
         "profile": w.profile,
+        "servers": w.servers,
         "time_scale": w.time_scale,
         "prompts": w.prompts,
         "runs": [r.__dict__ for r in results],

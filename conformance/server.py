@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> None:
     if fake.fake_http == "h11":
         sys.modules["httptools"] = None  # type: ignore[assignment]
     stubs.install()
+    from conformance import metrics
+
+    metrics.prepare(sglang_argv)  # before prometheus_client is imported, as SGLang's launcher
 
     from sglang.srt.server_args import prepare_server_args
 
@@ -91,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         outputs_path=fake.fake_outputs,
     )
     tokenizer_manager = FakeTokenizerManager(server_args, settings)
+    metrics.install(server_args, tokenizer_manager)  # SGLang's own metrics collectors
     template_manager = TemplateManager()
     scheduler_info = tokenizer_manager.scheduler.scheduler_info()
     tokenizer_manager.max_req_input_len = scheduler_info["max_req_input_len"]

@@ -67,6 +67,9 @@ _COUNTERS = (
 )
 
 
+_TOKENIZER_SIDE = frozenset({"prompt_tokens", "generation_tokens", "num_requests"})
+
+
 def _fmt(v: float) -> str:
     return repr(float(v))
 
@@ -85,11 +88,15 @@ def prometheus_text(view: LoadView, model_name: str) -> str:
             f"# TYPE sglang:{name} gauge",
             f"sglang:{name}{labels} {_fmt(value)}",
         ]
+    # The tokenizer manager's counters carry its own labels (TokenizerMetricsCollector), not
+    # the scheduler's: as recorded from SGLang's collectors (tests/fixtures/.../metrics.txt).
+    request_labels = f'{{engine_type="unified",is_streaming="false",model_name="{model_name}"}}'
     for name, attr, doc in _COUNTERS:
+        where = request_labels if name in _TOKENIZER_SIDE else labels
         lines += [
             f"# HELP sglang:{name}_total {doc}",
             f"# TYPE sglang:{name}_total counter",
-            f"sglang:{name}_total{labels} {_fmt(getattr(view, attr))}",
+            f"sglang:{name}_total{where} {_fmt(getattr(view, attr))}",
         ]
     return "\n".join(lines) + "\n"
 

@@ -69,13 +69,14 @@ def parse_metrics(text: str) -> LoadSample:
             sums[key] = sums.get(key, 0.0) + v
     if "running" not in sums:
         raise NotSGLangMetrics(metrics_kind(text))
-    retracted = sums.get("retracted_total")
     return LoadSample(
         running=int(sums.get("running", 0)),
         queued=int(sums.get("queued", 0)),
         token_usage=usage,
         gen_throughput=sums.get("gen_throughput", 0.0),
-        retracted_total=None if retracted is None else int(retracted),
+        # SGLang's counter has no series until its first retraction (prometheus_client's
+        # labelled counters appear once used): absent from SGLang's exposition means none yet.
+        retracted_total=int(sums.get("retracted_total", 0)),
     )
 
 
