@@ -79,3 +79,23 @@ def test_fingerprint_names_the_files_it_was_loaded_from(tokenizer_dir: Path) -> 
     tokenizer = json.loads((tokenizer_dir / "tokenizer.json").read_text())
     ids = set(tokenizer["model"]["vocab"].values()) | {t["id"] for t in tokenizer["added_tokens"]}
     assert fp["vocab_size"] == len(ids)
+
+
+def test_a_request_sglang_refuses_is_a_named_reject(chat_tokenizer: ChatTokenizer) -> None:
+    """String arguments that are not a JSON object: SGLang's chat path answers 400
+    (serving_chat.py:181-215; recorded in tests/fixtures/sglang-0.5.23/chat_render/)."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{x: 1}"}}
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+    ]
+    bad = Prompt("x", 9, messages, None)
+    (out,) = chat_tokenizer.render([bad])
+    assert isinstance(out, RenderError)
+    assert out.reason == (
+        "SGLang's chat path refuses the request: message 1: "
+        "Assistant tool call function.arguments must be valid JSON."
+    )
+    (raw,) = ChatTokenizer(chat_tokenizer.path, render="template").render([bad])
+    assert isinstance(raw, list)  # the data as it is renders; SGLang's chat path would not
