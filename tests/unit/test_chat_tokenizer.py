@@ -1,6 +1,7 @@
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,7 +86,7 @@ def test_a_request_sglang_refuses_is_a_named_reject(chat_tokenizer: ChatTokenize
     """String arguments that are not a JSON object: SGLang's chat path answers 400
     (serving_chat.py:181-215; recorded in tests/fixtures/sglang-0.5.23/chat_render/)."""
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{x: 1}"}}
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "", "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "c1", "content": "r"},
