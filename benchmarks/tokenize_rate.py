@@ -1,7 +1,8 @@
 """(d) Prompts rendered to token ids per second: ``ChatTokenizer.render`` against a naive loop.
 
 Why: every prompt passes through the chat template and the tokenizer on the client. The naive
-way is one ``apply_chat_template(..., tokenize=True)`` per prompt; ``render`` renders each
+way is one ``apply_chat_template(..., tokenize=True)`` per prompt over the request as SGLang's
+chat path hands it to the template (``render: sglang_chat``, the default); ``render`` renders each
 template to text and encodes the whole batch in one call to the Rust tokenizer. Both must give
 the same ids (checked here on every prompt); only the speed may differ.
 
@@ -28,6 +29,7 @@ TOKENIZERS = {
 
 def _child(n: int, repeats: int, tokenizer: str = "mini") -> dict[str, Any]:
     from eagle3_datagen.inputs.prompts import Prompt, parse_prompt
+    from eagle3_datagen.render import sglang_chat
     from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 
     tok = ChatTokenizer(str(TOKENIZERS[tokenizer]))
@@ -37,12 +39,17 @@ def _child(n: int, repeats: int, tokenizer: str = "mini") -> dict[str, Any]:
         assert isinstance(parsed, Prompt)
         prompts.append(parsed)
 
+    fmt = sglang_chat.content_format(str(tok.tok.chat_template))
+
     def naive() -> list[list[int]]:
-        return [
-            list(tok.tok.apply_chat_template(p.messages, tools=p.tools, add_generation_prompt=True,
-                                             tokenize=True, return_dict=False))
-            for p in prompts
-        ]  # fmt: skip
+        out = []
+        for p in prompts:
+            messages, tools = sglang_chat.prepare(p.messages, p.tools, fmt)
+            ids = tok.tok.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            out.append(list(ids))
+        return out
 
     def batched() -> list[Any]:
         return tok.render(prompts)
