@@ -106,7 +106,11 @@ def main(target: str, export: str, work: str, record: str) -> None:
     for side, ds in prepared.items():
         for row in ds:
             ids = [int(t) for t in row["input_ids"]]
-            matches = [m for m in by_ids.get(tuple(ids), []) if m[0] not in loaded]
+            # Rows can repeat each other's ids exactly: take one of this file's first.
+            matches = sorted(
+                (m for m in by_ids.get(tuple(ids), []) if m[0] not in loaded),
+                key=lambda m: m[1] != side,
+            )
             if not matches:  # clipped rows no longer match a whole export row
                 clipped += 1
                 continue
@@ -155,7 +159,9 @@ def main(target: str, export: str, work: str, record: str) -> None:
         for i in range(len(ds)):
             item = ds[i]
             ids = [int(t) for t in item["input_ids"]]
-            match = next((m for m in by_ids.get(tuple(ids), []) if m[0] not in split_of), None)
+            candidates = [m for m in by_ids.get(tuple(ids), []) if m[0] not in split_of]
+            candidates.sort(key=lambda m: m[1] != side)
+            match = candidates[0] if candidates else None
             if match is None:
                 continue  # a clipped row: counted above
             split_of[match[0]] = side
