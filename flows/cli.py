@@ -83,6 +83,8 @@ def run_pipeline(
         )
 
     async def _main() -> Any:
+        # A task that ended on the interrupt while the loop itself was interrupted is not news.
+        asyncio.get_running_loop().set_exception_handler(_quiet_interrupts)
         try:
             return await stop_on_signals(_run())
         except Interrupted as stop:
@@ -90,11 +92,27 @@ def run_pipeline(
                 await mark_cancelled(run.id, f"cancelled by {stop}")
             raise
 
+    from prefect.exceptions import TerminationSignal
+
     with temporary_prefect_server():
-        state = asyncio.run(_main())
+        try:
+            state = asyncio.run(_main())
+        except TerminationSignal as sig:  # Prefect's SIGTERM bridge, armed while a flow runs
+            stop = Interrupted(sig.signal)
+            for run in runs[:1]:
+                asyncio.run(mark_cancelled(run.id, f"cancelled by {stop}"))
+            raise stop from None
         if state.is_completed():
             return True, asyncio.run(state.aresult())
     return False, _one_line(state.message or state.type.value)
+
+
+def _quiet_interrupts(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    from eagle3_datagen_flows.interrupt import Interrupted
+
+    err = context.get("exception")
+    if not isinstance(err, Interrupted | asyncio.CancelledError):
+        loop.default_exception_handler(context)
 
 
 def _print_summary(manifest: dict[str, Any], output_dir: str) -> None:
