@@ -44,7 +44,7 @@ def hook(prefect_server: PrefectServer) -> Iterator[Hook]:
     subprocess.run([sys.executable, "-c", code], env=srv.env, check=True, timeout=120)
     yield hook
     for automation in srv.post("/automations/filter"):
-        if automation["name"] == AUTOMATION:
+        if automation["name"] in (AUTOMATION, "eagle3-datagen throughput low"):
             srv.delete(f"/automations/{automation['id']}")
     hook.server.shutdown()
 
@@ -68,15 +68,8 @@ def test_failed_and_crashed_deployment_runs_notify(
     prefect_server: PrefectServer, hook: Hook
 ) -> None:
     srv = prefect_server
-    out = datagen(
-        srv,
-        "alarm",
-        "install",
-        "--block",
-        BLOCK,
-        "--file",
-        "deployments/automations/run-failed.yaml",
-    )
+    out = datagen(srv, "alarm", "install", "--block", BLOCK)  # both shipped automations
+    assert "'eagle3-datagen throughput low'" in out and f"'{AUTOMATION}'" in out, out
     assert f"'{AUTOMATION}'" in out and f"notifies through custom-webhook/{BLOCK}" in out, out
     tag = uuid.uuid4().hex[:6]
     failed = _run(srv, "eagle3-datagen", "nightly", f"failed-{tag}")
