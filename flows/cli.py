@@ -242,18 +242,8 @@ def cmd_emulator(argv: list[str]) -> int:
     return 127  # not reached: execv replaces this process or raises OSError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="eagle3-datagen",
-        description="Exact-token EAGLE-3 training data from SGLang, orchestrated by Prefect.",
-    )
-    from eagle3_datagen.provenance import pipeline_version
-
-    parser.add_argument(
-        "--version", action="version", version=f"eagle3-datagen {pipeline_version()}"
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_run(sub: Any) -> None:
+    """eagle3-datagen run: one flow run of a config (here, or fanned out)."""
     run = sub.add_parser("run", help="one ad-hoc flow run of a config")
     run.add_argument("config", help="pipeline config YAML")
     run.add_argument("--server-url", help="attach to a running SGLang-compatible server")
@@ -279,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=cmd_run)
 
+
+def _add_demo(sub: Any) -> None:
+    """eagle3-datagen demo: the whole pipeline on this machine."""
     demo = sub.add_parser("demo", help="the whole pipeline on this machine, with the emulator")
     demo.add_argument("--output", metavar="DIR", help="output directory (default: a new one)")
     demo.add_argument(
@@ -289,6 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=cmd_demo)
 
+
+def _add_dataset_commands(sub: Any) -> None:
+    """validate and export: a finished dataset, offline."""
     validate = sub.add_parser(
         "validate", help="re-validate every record of a finished dataset (exit 1 if any fails)"
     )
@@ -343,6 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--last", type=int, metavar="N", help="only the last N rows")
     history.set_defaults(func=cmd_history)
 
+
+def _add_ops_commands(sub: Any) -> None:
+    """failures and alarm install: the Prefect API of a deployment."""
     failures = sub.add_parser(
         "failures",
         help="a run's failed batches (batch, lines, attempts, cause) from the Prefect API",
@@ -367,6 +366,22 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--file", metavar="YAML", help="another automation file")
     install.set_defaults(func=cmd_alarm_install)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="eagle3-datagen",
+        description="Exact-token EAGLE-3 training data from SGLang, orchestrated by Prefect.",
+    )
+    from eagle3_datagen.provenance import pipeline_version
+
+    parser.add_argument(
+        "--version", action="version", version=f"eagle3-datagen {pipeline_version()}"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run(sub)
+    _add_demo(sub)
+    _add_dataset_commands(sub)
+    _add_ops_commands(sub)
     sub.add_parser(
         "emulator",
         help="run the SGLang emulator (takes sglang.launch_server flags; see --help)",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
@@ -19,7 +20,7 @@ from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.errors import PartitionFailed
 from eagle3_datagen.generate.batch import PartitionRunner, connect_partition
 from eagle3_datagen.generate.context import RunContext
-from eagle3_datagen.generate.plan import plan_partition
+from eagle3_datagen.generate.plan import PartitionPlan, plan_partition
 from eagle3_datagen.generate.windowed import run_windowed
 from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.report.progress import Progress
@@ -82,6 +83,69 @@ async def _publish_failed_batches(
     )
 
 
+async def _plan(config: PipelineConfig, partition: str, logger: Any) -> PartitionPlan:
+    """The partition's plan, made off the event loop (loading the tokenizer and scanning the
+    input take seconds, and the other partitions' subflows start on this loop meanwhile)."""
+    tier = config.tier(config.partition(partition).tier)
+    plan = await asyncio.to_thread(plan_partition, config, partition)
+    logger.info(
+        partition_plan_line(
+            partition,
+            plan.total_lines,
+            len(plan.batches),
+            tier.name,
+            tier.concurrency,
+            tier.max_tokens,
+        )
+    )
+    if plan.duplicates:
+        logger.warning(f"{partition}: {len(plan.duplicates)} lines repeat an earlier id; rejected")
+    if plan.superseded:
+        logger.warning(superseded_line(partition, plan.superseded, len(plan.reuse)))
+    return plan
+
+
+@contextlib.asynccontextmanager
+async def _reporting(partition: str, progress: Progress) -> AsyncIterator[None]:
+    """The partition's progress artifact and log line, every PROGRESS_EVERY_S while the block
+    runs, and a last word when it ends (also for runs shorter than one period)."""
+    artifact_id = await acreate_progress_artifact(
+        0.0, key=artifact_key("progress", partition), description=f"{partition}: starting"
+    )
+    reporter = asyncio.create_task(
+        _report_progress(partition, progress, artifact_id, PROGRESS_EVERY_S)
+    )
+    try:
+        yield
+    finally:
+        reporter.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await reporter
+        with contextlib.suppress(Exception):
+            await aupdate_progress_artifact(
+                artifact_id,
+                progress_percent(progress.done, progress.total_lines),
+                description=f"{partition}: {progress.line()}",
+            )
+
+
+async def _run_batches(
+    config: PipelineConfig, plan: PartitionPlan, runner: PartitionRunner
+) -> list[Any]:
+    """Every batch as a task run (with the config's batch retries), ``plan.window`` at a time;
+    a result per batch, an exception for one that failed after its retries."""
+    batch_task = generate_batch.with_options(
+        retries=config.retries.batch_retries,
+        retry_delay_seconds=config.retries.batch_retry_delay_s,
+    )
+
+    async def _batch(spec: Any) -> Any:
+        runner.raise_if_server_lost()  # no task run for a batch that cannot succeed
+        return await batch_task(runner, spec)
+
+    return await run_windowed(iter(plan.batches), _batch, plan.window)
+
+
 @flow(name="datagen-partition", flow_run_name="partition-{partition}", log_prints=True)
 async def generate_partition(
     config: PipelineConfig,
@@ -101,24 +165,7 @@ async def generate_partition(
     if run is None:
         run = RunContext.standalone(config, run_key=str(prefect.runtime.flow_run.id))
         logger.info(f"{partition}: standalone run: no server supervisor")
-    tier = config.tier(config.partition(partition).tier)
-    # Off the event loop: loading the tokenizer and scanning the input take seconds, and the
-    # other partitions' subflows start on this loop meanwhile (side by side, not in turn).
-    plan = await asyncio.to_thread(plan_partition, config, partition)
-    logger.info(
-        partition_plan_line(
-            partition,
-            plan.total_lines,
-            len(plan.batches),
-            tier.name,
-            tier.concurrency,
-            tier.max_tokens,
-        )
-    )
-    if plan.duplicates:
-        logger.warning(f"{partition}: {len(plan.duplicates)} lines repeat an earlier id; rejected")
-    if plan.superseded:
-        logger.warning(superseded_line(partition, plan.superseded, len(plan.reuse)))
+    plan = await _plan(config, partition, logger)
     api_key = await api_key_for(config.server)
     async with connect_partition(config, partition, server_url, api_key) as client:
         runner = PartitionRunner.from_plan(
@@ -136,35 +183,11 @@ async def generate_partition(
         progress = runner.progress
         progress.total_lines = plan.total_lines
         run.meter.track(partition, progress)
-        batch_task = generate_batch.with_options(
-            retries=config.retries.batch_retries,
-            retry_delay_seconds=config.retries.batch_retry_delay_s,
-        )
-
-        async def _batch(spec: Any) -> Any:
-            runner.raise_if_server_lost()  # no task run for a batch that cannot succeed
-            return await batch_task(runner, spec)
-
-        artifact_id = await acreate_progress_artifact(
-            0.0, key=artifact_key("progress", partition), description=f"{partition}: starting"
-        )
-        reporter = asyncio.create_task(
-            _report_progress(partition, progress, artifact_id, PROGRESS_EVERY_S)
-        )
         try:
-            results = await run_windowed(iter(plan.batches), _batch, plan.window)
+            async with _reporting(partition, progress):
+                results = await _run_batches(config, plan, runner)
         finally:
             run.meter.finish(partition)
-            reporter.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reporter
-            # The last word, also for runs shorter than one reporting period.
-            with contextlib.suppress(Exception):
-                await aupdate_progress_artifact(
-                    artifact_id,
-                    progress_percent(progress.done, progress.total_lines),
-                    description=f"{partition}: {progress.line()}",
-                )
     logger.info(f"{partition}: {progress.line()}")
     failures = [r for r in results if isinstance(r, BaseException)]
     if failures:

@@ -140,3 +140,41 @@ def test_installed_names_are_the_projects_own():
     assert (ROOT / "src/eagle3_datagen_tasks").resolve() == ROOT / "tasks"
     script = pyproject["project"]["scripts"]["eagle3-datagen"]
     assert script.split(":")[0].split(".")[0] == "eagle3_datagen_flows"
+
+
+def _functions() -> list[tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    found = []
+    for base in ("src/eagle3_datagen", "src/sglang_emulator", "flows", "tasks"):
+        for path in sorted((ROOT / base).rglob("*.py")):
+            if "assets" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    found.append((path, node))
+    return found
+
+
+def _length(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    return (node.end_lineno or node.lineno) - node.lineno + 1
+
+
+def test_no_function_over_80_lines_without_a_reason():
+    """A function over 80 lines says why in its docstring ("Long because ...")."""
+    long = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({_length(node)} lines)"
+        for path, node in _functions()
+        if _length(node) > 80 and "Long because" not in (ast.get_docstring(node) or "")
+    ]
+    assert not long, long
+
+
+def test_flow_functions_stay_short():
+    """A flow orchestrates; what it decides lives in the library. At most 60 lines each."""
+    flows = [
+        (path, node)
+        for path, node in _functions()
+        if any(ast.unparse(d).split("(")[0] == "flow" for d in node.decorator_list)
+    ]
+    assert len(flows) >= 3, flows  # it saw datagen, generate_partition, datagen_fanout
+    long = [f"{p.relative_to(ROOT)}:{n.name} ({_length(n)})" for p, n in flows if _length(n) > 60]
+    assert not long, long

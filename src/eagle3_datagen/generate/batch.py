@@ -24,6 +24,7 @@ from eagle3_datagen.errors import (
     RetriesExhaustedError,
     ServerError,
 )
+from eagle3_datagen.generate import offload
 from eagle3_datagen.generate.conversation import (
     STOP_REJECTED,
     STOP_TOOL_CALL,
@@ -35,6 +36,7 @@ from eagle3_datagen.generate.conversation import (
     served_turn,
     tool_call_divergence,
 )
+from eagle3_datagen.generate.offload import JournalWriter, off_loop
 from eagle3_datagen.generate.plan import PartitionPlan
 from eagle3_datagen.inputs.prompts import BatchSpec, InputReject, Prompt, parse_prompt, read_batch
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
@@ -136,6 +138,8 @@ class PartitionRunner:
             raise
 
     async def _run_batch(self, spec: BatchSpec) -> BatchSummary:
+        """Reading and rendering the batch, its journal and its Parquet write run on worker
+        threads (``generate/offload.py``): the event loop only sends, receives and validates."""
         self.raise_if_server_lost()
         self.progress.attempt(spec.index)
         self._batch_run[spec.index] = f"{self.run_id}-{secrets.token_hex(2)}"
@@ -144,10 +148,32 @@ class PartitionRunner:
             self.progress.batch_skipped(done.lines)
             return done
         t0 = time.monotonic()
-        summary = BatchSummary(spec.partition, spec.index, spec.first_line, spec.count)
-        records: list[Record] = []
-        rejects: list[Reject] = []
+        jobs, rejects, earlier = await off_loop(self._prepare, spec)
+        self.progress.batch_started(spec.index, spec.count - len(jobs))
+        try:
+            outcomes = await self._run_conversations(spec.index, jobs, earlier)
+            await earlier.writer.drain()  # a journal write that failed fails the batch
+        finally:
+            await earlier.writer.close()
+        summary, records = summarize_batch(spec, outcomes, rejects)
+        summary.wall_s = round(time.monotonic() - t0, 3)
+        await off_loop(self._commit, summary, records, rejects, earlier.journal)
+        self.progress.batch_committed(
+            spec.index,
+            lines=spec.count,
+            accepted=summary.accepted,
+            rejected=summary.rejected,
+            truncated=summary.truncated,
+            rejects_by_reason=summary.rejects_by_reason,
+        )
+        return summary
 
+    def _prepare(
+        self, spec: BatchSpec
+    ) -> tuple[list[tuple[Prompt, list[int]]], list[Reject], _Earlier]:
+        """On a worker thread: the batch's lines parsed, first turns rendered, each line a job
+        or a reject, and what earlier attempts left (the journal, superseded results)."""
+        rejects: list[Reject] = []
         prompts: list[Prompt] = []
         for line, raw in read_batch(spec):
             parsed = parse_prompt(raw, line)
@@ -158,79 +184,41 @@ class PartitionRunner:
         # The first turn of every line is rendered in one call (later turns depend on the
         # model's earlier ones and are rendered as their conversation gets there).
         firsts = [first_turn(p, self.partition.regenerate) for p in prompts]
-        rendered = self.tokenizer.render(firsts) if prompts else []
-
+        rendered = offload.render(self.tokenizer, firsts) if prompts else []
         jobs: list[tuple[Prompt, list[int]]] = []
         for prompt, ids in zip(prompts, rendered, strict=True):
             first = self.duplicates.get(prompt.line)
             if first is not None:
                 reason = f"id {prompt.id!r} already used on line {first}"
                 rejects.append(self._reject(prompt, "input", "duplicate_id", reason))
-                continue
-            if isinstance(ids, RenderError):
+            elif isinstance(ids, RenderError):
                 rejects.append(self._reject(prompt, "template", "template_error", ids.reason))
-                continue
-            too_long = self._too_long(len(ids))
-            if too_long:
+            elif too_long := self._too_long(len(ids)):
                 rejects.append(self._reject(prompt, "input", "prompt_too_long", too_long, ids))
-                continue
-            jobs.append((prompt, ids))
-
-        journal = BatchJournal(self.output.journal_path(spec.index))
+            else:
+                jobs.append((prompt, ids))
         samples = self.partition.samples
         # First turns are prefetched from superseded batches in one pass; with none (the usual
         # case) their keys are not worth hashing twice (each turn hashes its own in _turn).
         first_keys = [
             prompt_key(self._record_id(p, 0, n), ids) for p, ids in jobs for n in range(samples)
         ] if len(self.reuse) else []  # fmt: skip
-        earlier = _Earlier(journal, self.reuse, first_keys)
-        self.progress.batch_started(spec.index, spec.count - len(jobs))
-        try:
-            outcomes = await self._run_conversations(spec.index, jobs, earlier)
-        finally:
-            journal.close()
-        for outcome in outcomes:
-            records.extend(outcome.records)
-            rejects.extend(outcome.rejects)
-            summary.requests_sent += outcome.sent
-            if outcome.stop is not None:
-                summary.stopped += 1
-                summary.stops_by_reason[outcome.stop] = (
-                    summary.stops_by_reason.get(outcome.stop, 0) + 1
-                )
-        summary.conversations = len(outcomes)
+        journal = BatchJournal(self.output.journal_path(spec.index))
+        return jobs, rejects, _Earlier(journal, self.reuse, first_keys)
 
-        add_record_counts(summary, records)
-        summary.records_by_turn = dict(Counter(str(record.turn) for record in records))
-        summary.accepted = len(records)
-        summary.rejected = len(rejects)
-        summary.rejects_by_reason = dict(Counter(r.reason_code for r in rejects))
-        covered = {r.source_line for r in records} | {r.source_line for r in rejects}
-        lost = [
-            line for line in range(spec.first_line, spec.first_line + spec.count)
-            if line not in covered
-        ]  # fmt: skip
-        if lost or len(covered) != spec.count:
-            raise BatchFailed(
-                f"{spec.label}: {spec.count} input lines but {len(lost)} without a record or a "
-                f"reject (first: line {lost[0] if lost else '?'}); refusing to commit a batch "
-                "that lost lines"
-            )
-        summary.wall_s = round(time.monotonic() - t0, 3)
-        summary.input_key = spec.key
+    def _commit(
+        self,
+        summary: BatchSummary,
+        records: list[Record],
+        rejects: list[Reject],
+        journal: BatchJournal,
+    ) -> None:
+        """On a worker thread: the batch's Parquet files and commit marker (with their fsync);
+        then its journal goes, the marker now standing for these results."""
         records.sort(key=lambda r: r.source_line)
         rejects.sort(key=lambda r: r.source_line)
         self.output.write_batch(summary, records, rejects, self.metadata)
-        journal.remove()  # committed: the marker now stands for these results
-        self.progress.batch_committed(
-            spec.index,
-            lines=spec.count,
-            accepted=summary.accepted,
-            rejected=summary.rejected,
-            truncated=summary.truncated,
-            rejects_by_reason=summary.rejects_by_reason,
-        )
-        return summary
+        journal.remove()
 
     async def _run_conversations(
         self, index: int, jobs: list[tuple[Prompt, list[int]]], earlier: _Earlier
@@ -298,8 +286,8 @@ class PartitionRunner:
             rec_id = self._record_id(prompt, slot.index, sample)
             at = TurnAt(rec_id, slot.index, sample)
             if pos:
-                rendered = self.tokenizer.render([Prompt(rec_id, prompt.line, history,
-                                                         prompt.tools)])[0]  # fmt: skip
+                turn_prompt = Prompt(rec_id, prompt.line, history, prompt.tools)
+                rendered = (await off_loop(offload.render, self.tokenizer, [turn_prompt]))[0]
                 if isinstance(rendered, RenderError):
                     out.end(self._reject(prompt, "template", "template_error", rendered.reason,
                                          at=at))  # fmt: skip
@@ -541,6 +529,7 @@ class _Earlier:
 
     def __init__(self, journal: BatchJournal, reuse: ReusePool, first_keys: list[int]) -> None:
         self.journal = journal
+        self.writer = JournalWriter(journal)
         self.journaled = journal.load()
         self.reuse = reuse
         missing = [k for k in first_keys if k not in self.journaled]
@@ -559,8 +548,9 @@ class _Earlier:
         return found
 
     def add(self, key: int, result: GenerateResult) -> None:
-        """Journal a finished result (raises OutputWriteError on a full disk)."""
-        self.journal.append(key, result)
+        """Journal a finished result: written by a worker thread; a write that failed (a full
+        disk) raises OutputWriteError here or when the batch drains its journal."""
+        self.writer.add(key, result)
         self.journaled[key] = result
 
 
@@ -576,6 +566,41 @@ def connect_partition(
         timeout_s=config.server.request_timeout_s,
         max_connections=tier.in_flight_cap + 8,
     )
+
+
+def summarize_batch(
+    spec: BatchSpec, outcomes: list[_Outcome], rejects: list[Reject]
+) -> tuple[BatchSummary, list[Record]]:
+    """The batch's summary and records from its conversations' outcomes (``rejects`` gets
+    theirs); a batch in which an input line has neither a record nor a reject is refused."""
+    summary = BatchSummary(spec.partition, spec.index, spec.first_line, spec.count)
+    records: list[Record] = []
+    for outcome in outcomes:
+        records.extend(outcome.records)
+        rejects.extend(outcome.rejects)
+        summary.requests_sent += outcome.sent
+        if outcome.stop is not None:
+            summary.stopped += 1
+            summary.stops_by_reason[outcome.stop] = summary.stops_by_reason.get(outcome.stop, 0) + 1
+    summary.conversations = len(outcomes)
+    add_record_counts(summary, records)
+    summary.records_by_turn = dict(Counter(str(record.turn) for record in records))
+    summary.accepted = len(records)
+    summary.rejected = len(rejects)
+    summary.rejects_by_reason = dict(Counter(r.reason_code for r in rejects))
+    covered = {r.source_line for r in records} | {r.source_line for r in rejects}
+    lost = [
+        line for line in range(spec.first_line, spec.first_line + spec.count)
+        if line not in covered
+    ]  # fmt: skip
+    if lost or len(covered) != spec.count:
+        raise BatchFailed(
+            f"{spec.label}: {spec.count} input lines but {len(lost)} without a record or a "
+            f"reject (first: line {lost[0] if lost else '?'}); refusing to commit a batch "
+            "that lost lines"
+        )
+    summary.input_key = spec.key
+    return summary, records
 
 
 def add_record_counts(summary: BatchSummary, records: list[Record]) -> None:

@@ -125,6 +125,9 @@ async def wait_until_healthy(
     :class:`ServerStartupError` carries the exit code or elapsed time and the log tail. With
     ``refused_limit_s`` (attaching to a server that should be up), connections refused for that
     long raise at once: nothing listens at the URL.
+
+    Long because one poll loop tells apart five outcomes (ready, still starting, refused too
+    long, the process gone, the deadline) that share its timers and its log lines.
     """
     log = logger or _default_log
     if log_path is None and process is not None:

@@ -236,6 +236,9 @@ async def preflight(
     or the smoke request runs out of ``retries``, or when its token counts are off.
     ``sampling`` and ``retries`` are the run's (the config's defaults when not given).
     ``api_key`` is the key ``client`` sends; it is scrubbed from the returned facts.
+
+    Long because it is the checks in the order the module doc gives them, each a few lines on
+    the same client and facts; split, each part would take and return most of them.
     """
     sampling = sampling or Sampling()
     retries = retries or RetryPolicy()

@@ -92,6 +92,9 @@ async def open_server(
 
     ``api_key`` comes from wherever the caller keeps it (e.g. a Prefect Secret block); without
     it, the environment variable named by ``server.api_key_env`` is used.
+
+    Long because launch and attach share one gate, one recovery path and one exit: split, the
+    ``finally`` that stops a launched server would sit apart from what it guards.
     """
     server = config.server
     if server.mode == "launch" and server.port == 0:

@@ -67,6 +67,9 @@ def validate_output(
     ``finish_matched`` is what the server said stopped a ``stop`` finish: a token id, or None
     when it is not known (offline checks of stored records). With ``tool_check``, a tool-call
     section must also be one SGLang's ``kimi_k2`` tool-call parser returns in full.
+
+    Long because the rules are one list, read top to bottom in the order the docs give them,
+    each a few lines over the same ids; split, every part would take the same dozen arguments.
     """
     v = Verdict(truncated=finish_type == "length")
     n = len(output_ids)

@@ -78,15 +78,28 @@ class BatchJournal:
         except OSError as err:
             raise write_failed(self.path, err) from err
 
+    def append_many(self, items: list[tuple[int, GenerateResult]]) -> None:
+        """Add finished results with one write and one flush; errors as :meth:`append`."""
+        try:
+            self._write(items)
+        except OSError as err:
+            raise write_failed(self.path, err) from err
+
     def _append(self, key: int, result: GenerateResult) -> None:
+        self._write([(key, result)])
+
+    def _write(self, items: list[tuple[int, GenerateResult]]) -> None:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "ab")  # noqa: SIM115 - closed in close()
             if self._fh.tell() and not self._ends_with_newline():
                 self._fh.write(b"\n")  # fence off a torn line left by a kill
-        entry = {name: getattr(result, name) for name in _FIELDS}
-        entry["key"] = f"{key:032x}"
-        self._fh.write(orjson.dumps(entry) + b"\n")
+        lines = []
+        for key, result in items:
+            entry = {name: getattr(result, name) for name in _FIELDS}
+            entry["key"] = f"{key:032x}"
+            lines.append(orjson.dumps(entry))
+        self._fh.write(b"\n".join(lines) + b"\n")
         self._fh.flush()  # in the kernel now: survives a kill of this process
 
     def _ends_with_newline(self) -> bool:
