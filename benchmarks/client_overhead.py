@@ -76,17 +76,19 @@ async def _bare(url: str, prompts: Path, emu_pid: int, concurrency: int) -> dict
 
 
 def _count_render_cpu(tokenizer: Any) -> list[float]:
-    """Wrap ``tokenizer.render`` to add up its CPU (all threads): the part the bare loop does
-    before its clock starts."""
+    """Wrap ``tokenizer.render`` to add up its CPU: the part the bare loop does before its clock
+    starts. (The Rust encoder's own worker threads, if it starts any, are not counted.)"""
     total = [0.0]
     render = tokenizer.render
 
     def counted(prompts: Any) -> Any:
-        c0 = cpu_s()
+        # The render runs on a worker thread (generate/offload.py): that thread's own CPU, so
+        # the loop's work done meanwhile is not counted as rendering.
+        c0 = time.thread_time()
         try:
             return render(prompts)
         finally:
-            total[0] += cpu_s() - c0
+            total[0] += time.thread_time() - c0
 
     tokenizer.render = counted
     return total
