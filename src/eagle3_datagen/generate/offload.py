@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from eagle3_datagen.errors import OutputWriteError
 from eagle3_datagen.inputs.prompts import Prompt
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
 from eagle3_datagen.sglang.client import GenerateResult
@@ -106,4 +107,8 @@ class JournalWriter:
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await self.drain()
         with self._file:
-            self.journal.close()
+            try:
+                self.journal.close()
+            except OutputWriteError:
+                if self._error is None:  # otherwise the write that failed first is the reason
+                    raise

@@ -108,9 +108,14 @@ class BatchJournal:
             return fh.read(1) == b"\n"
 
     def close(self) -> None:
+        """Close the file; what a full disk kept in its buffer fails here as OutputWriteError
+        (named by the journal's path), and the file is closed either way."""
         if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+            fh, self._fh = self._fh, None
+            try:
+                fh.close()
+            except OSError as err:
+                raise write_failed(self.path, err) from err
 
     def remove(self) -> None:
         self.close()
