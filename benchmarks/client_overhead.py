@@ -71,8 +71,13 @@ async def _bare(url: str, prompts: Path, emu_pid: int, concurrency: int) -> dict
         c0, e0, t0 = cpu_s(), _emu_cpu(emu_pid), time.monotonic()
         lengths = await bare_generate(session, url, jobs, sampling, concurrency)
         wall, cpu, emu = time.monotonic() - t0, cpu_s() - c0, _emu_cpu(emu_pid) - e0
-    return {"records": len(lengths), "wall_s": wall, "cpu_s": cpu, "emu_cpu_s": emu,
-            "output_tokens": sum(lengths)}  # fmt: skip
+    return {
+        "records": len(lengths),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "emu_cpu_s": emu,
+        "output_tokens": sum(lengths),
+    }
 
 
 def _count_render_cpu(tokenizer: Any) -> list[float]:
@@ -179,16 +184,21 @@ def measure(
         with Emulator(*ZERO_LATENCY) as emu:
             pid = str(emu.proc.pid)
             for r in range(repeats):
-                bare.append(run_child("client_overhead", ["bare", emu.url, str(prompts), pid,
-                                                          str(concurrency)]))  # fmt: skip
+                bare.append(
+                    run_child(
+                        "client_overhead", ["bare", emu.url, str(prompts), pid, str(concurrency)]
+                    )
+                )
                 out = tmp / f"out{r}"
-                pipe.append(run_child("client_overhead", ["pipeline", emu.url, str(prompts),
-                                                          str(out), pid]))  # fmt: skip
+                pipe.append(
+                    run_child("client_overhead", ["pipeline", emu.url, str(prompts), str(out), pid])
+                )
                 shutil.rmtree(out, ignore_errors=True)
             if prefect:
                 flow_in = write_prompts(tmp / "flow.jsonl", flow_prompts)
-                flow = run_child("client_overhead", ["flow", emu.url, str(flow_in),
-                                                     str(tmp / "flow"), "64"])  # fmt: skip
+                flow = run_child(
+                    "client_overhead", ["flow", emu.url, str(flow_in), str(tmp / "flow"), "64"]
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -110,8 +110,7 @@ def run_child(module: str, args: list[str], timeout_s: float = 1800) -> dict[str
     """
     cmd = [sys.executable, "-m", f"benchmarks.{module}", *args]
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO,
-                          env=env)  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{module} {args} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     last = proc.stdout.strip().splitlines()[-1]

@@ -140,8 +140,14 @@ def child(url: str, inputs_dir: Path, out: Path, policy: str, scale: float) -> d
         lengths += zip(
             table["prompt_tokens"].to_pylist(), table["completion_tokens"].to_pylist(), strict=True
         )
-    return {"cpu_s": cpu, "wall_s": wall, "records": len(lengths), "lengths": lengths,
-            "import_cpu_s": import_cpu, "sys_cpu_s": r1.ru_stime - r0.ru_stime}  # fmt: skip
+    return {
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "records": len(lengths),
+        "lengths": lengths,
+        "import_cpu_s": import_cpu,
+        "sys_cpu_s": r1.ru_stime - r0.ru_stime,
+    }
 
 
 def lower_bound_s(lengths: list[tuple[int, int]]) -> dict[str, float]:
@@ -232,8 +238,9 @@ def _gaps(sampler: Sampler, top: int = 8) -> list[tuple[float, float]]:
 def one_run(emu: Any, inputs_dir: Path, out: Path, policy: str, scale: float) -> dict[str, Any]:
     s0 = emu.stats()
     with Sampler(emu) as sampler:
-        flow = run_child("makespan", ["--child", emu.url, str(inputs_dir), str(out), policy,
-                                      str(scale)])  # fmt: skip
+        flow = run_child(
+            "makespan", ["--child", emu.url, str(inputs_dir), str(out), policy, str(scale)]
+        )
     s1 = emu.stats()
     assert sampler.first is not None and sampler.last is not None, "the server saw no request"
     makespan_s = (sampler.last - sampler.first) / TIME_SCALE
@@ -281,8 +288,17 @@ def one_run(emu: Any, inputs_dir: Path, out: Path, policy: str, scale: float) ->
 def measure(scale: float = 1.0, policies: tuple[str, ...] = ("static", "auto")) -> dict[str, Any]:
     """(f) and (g) for each policy, one emulator for all (what ``run_all`` reports)."""
     means = ",".join(f"{t.max_tokens}:{t.mean_output}" for t in WORKLOAD)
-    flags = ["--emu-physics", PROFILE, "--emu-time-scale", str(TIME_SCALE), "--enable-metrics",
-             "--emu-output-by-max-new", means, "--emu-output-sigma", str(OUTPUT_SIGMA)]  # fmt: skip
+    flags = [
+        "--emu-physics",
+        PROFILE,
+        "--emu-time-scale",
+        str(TIME_SCALE),
+        "--enable-metrics",
+        "--emu-output-by-max-new",
+        means,
+        "--emu-output-sigma",
+        str(OUTPUT_SIGMA),
+    ]
     root = Path(tempfile.mkdtemp(prefix="e3-makespan-"))
     try:
         write_inputs(root, scale)

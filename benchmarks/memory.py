@@ -48,8 +48,9 @@ def write_big(path: Path, n: int, words: int = 30) -> int:
         chunk: list[str] = []
         for i in range(n):
             text = " ".join(rng.choices(_VOCAB, k=words))
-            chunk.append(json.dumps({"id": f"m{i:08d}", "messages": [
-                {"role": "user", "content": text}]}))  # fmt: skip
+            chunk.append(
+                json.dumps({"id": f"m{i:08d}", "messages": [{"role": "user", "content": text}]})
+            )
             if len(chunk) == 10_000:
                 fh.write("\n".join(chunk) + "\n")
                 chunk.clear()

@@ -100,57 +100,111 @@ def figures(r: dict[str, Any]) -> list[Figure]:
     if a:
         ratio = a["throughput_ratio"]
         cpu, render, bare = a["pipeline_cpu_ms"], a["render_cpu_ms"], a["bare_cpu_ms"]
-        out.append(Figure("a", "throughput, pipeline / bare loop", f"{ratio:.2f}x", ">= 0.9x",
-                          ratio >= 0.9,
-                          "" if ratio >= 0.9 else f"the pipeline is bound by its client CPU: "
-                          f"{cpu:.2f} ms per record against the bare loop's {bare:.2f}, the "
-                          f"difference being the chat-template render ({render:.2f} ms) that the "
-                          "bare loop did before its clock started"))  # fmt: skip
-        out.append(Figure("a", "client CPU per record, pipeline", f"{cpu:.2f} ms", "<= 0.5 ms",
-                          cpu <= 0.5,
-                          "" if cpu <= 0.5 else f"rendering the chat template and tokenizing "
-                          f"alone costs {render:.2f} ms per prompt (the bare loop does it before "
-                          f"its clock starts); everything else {cpu - render:.2f} ms"))  # fmt: skip
+        out.append(
+            Figure(
+                "a",
+                "throughput, pipeline / bare loop",
+                f"{ratio:.2f}x",
+                ">= 0.9x",
+                ratio >= 0.9,
+                ""
+                if ratio >= 0.9
+                else f"the pipeline is bound by its client CPU: "
+                f"{cpu:.2f} ms per record against the bare loop's {bare:.2f}, the "
+                f"difference being the chat-template render ({render:.2f} ms) that the "
+                "bare loop did before its clock started",
+            )
+        )
+        out.append(
+            Figure(
+                "a",
+                "client CPU per record, pipeline",
+                f"{cpu:.2f} ms",
+                "<= 0.5 ms",
+                cpu <= 0.5,
+                ""
+                if cpu <= 0.5
+                else f"rendering the chat template and tokenizing "
+                f"alone costs {render:.2f} ms per prompt (the bare loop does it before "
+                f"its clock starts); everything else {cpu - render:.2f} ms",
+            )
+        )
     b = r.get("b")
     if b:
         pu, su = b["pipeline_utilization"], b["sequential_utilization"]
         ok = pu >= 0.97 and pu > su
         why = ""
         if not ok:
-            why = (f"below the sequential baseline ({su:.1%})" if pu <= su else
-                   "the final drain (the last long generations run with slots idle) is a "
-                   "large share of a short run")  # fmt: skip
+            why = (
+                f"below the sequential baseline ({su:.1%})"
+                if pu <= su
+                else "the final drain (the last long generations run with slots idle) is a "
+                "large share of a short run"
+            )
         value = f"{pu:.1%} (sequential {su:.1%})"
-        out.append(Figure("b", "slot utilization, partitions side by side", value,
-                          ">= 97%, > sequential", ok, why))  # fmt: skip
+        out.append(
+            Figure(
+                "b",
+                "slot utilization, partitions side by side",
+                value,
+                ">= 97%, > sequential",
+                ok,
+                why,
+            )
+        )
         peak, cap = b["budget_peak_tokens"], b["budget_cap_tokens"]
-        value = (f"{peak:,} / {cap:,} (util {b['budget_utilization']:.1%}, "
-                 f"{b['unbudgeted_utilization']:.1%} uncapped)")  # fmt: skip
-        out.append(Figure("b", "token budget: peak KV tokens reserved / cap", value,
-                          "peak <= cap", peak <= cap,
-                          "" if peak <= cap else "the budget was exceeded"))  # fmt: skip
+        value = (
+            f"{peak:,} / {cap:,} (util {b['budget_utilization']:.1%}, "
+            f"{b['unbudgeted_utilization']:.1%} uncapped)"
+        )
+        out.append(
+            Figure(
+                "b",
+                "token budget: peak KV tokens reserved / cap",
+                value,
+                "peak <= cap",
+                peak <= cap,
+                "" if peak <= cap else "the budget was exceeded",
+            )
+        )
     c = r.get("c")
     if c:
         ratio = c["peak_ratio"]
-        out.append(Figure("c", f"peak RSS, {c['big_prompts']:,} / {c['small_prompts']:,} prompts",
-                          f"{ratio:.2f}x ({c['big_peak_mb']:.0f} / {c['small_peak_mb']:.0f} MB)",
-                          "<= 1.5x", ratio <= 1.5,
-                          "" if ratio <= 1.5 else "memory grows with the input"))  # fmt: skip
+        out.append(
+            Figure(
+                "c",
+                f"peak RSS, {c['big_prompts']:,} / {c['small_prompts']:,} prompts",
+                f"{ratio:.2f}x ({c['big_peak_mb']:.0f} / {c['small_peak_mb']:.0f} MB)",
+                "<= 1.5x",
+                ratio <= 1.5,
+                "" if ratio <= 1.5 else "memory grows with the input",
+            )
+        )
     d = r.get("d")
     if d:
         sp = d["speedup"]
-        out.append(Figure("d", "prompts tokenized/s, render / naive loop",
-                          f"{sp:.2f}x ({d['batched_rate']:,.0f} vs {d['naive_rate']:,.0f}/s)",
-                          ">= 2x", sp >= 2.0,
-                          "" if sp >= 2 else "the chat template (Jinja, per prompt) dominates "
-                          "both sides; batching only speeds up the encoding"))  # fmt: skip
+        out.append(
+            Figure(
+                "d",
+                "prompts tokenized/s, render / naive loop",
+                f"{sp:.2f}x ({d['batched_rate']:,.0f} vs {d['naive_rate']:,.0f}/s)",
+                ">= 2x",
+                sp >= 2.0,
+                ""
+                if sp >= 2
+                else "the chat template (Jinja, per prompt) dominates "
+                "both sides; batching only speeds up the encoding",
+            )
+        )
     e = r.get("e")
     if e:
         for prof in e["profiles"]:
             ratio, seed = prof["auto_vs_best"], prof["auto_vs_seed"]
             ok = ratio >= 0.97
-            value = (f"{ratio:.3f}x best static ({prof['best_static']}); "
-                     f"{seed:.2f}x the seed's {prof['seed_static']}")  # fmt: skip
+            value = (
+                f"{ratio:.3f}x best static ({prof['best_static']}); "
+                f"{seed:.2f}x the seed's {prof['seed_static']}"
+            )
             why = (
                 ""
                 if ok
@@ -159,8 +213,9 @@ def figures(r: dict[str, Any]) -> list[Figure]:
                     f"{prof['auto_retracted']} retractions; the best static kept the server fuller"
                 )
             )
-            out.append(Figure("e", f"auto / best static, {prof['profile']}", value,
-                              ">= 0.97x", ok, why))  # fmt: skip
+            out.append(
+                Figure("e", f"auto / best static, {prof['profile']}", value, ">= 0.97x", ok, why)
+            )
     f = r.get("f")
     if f:
         out += makespan_figures(f)
@@ -177,18 +232,35 @@ def makespan_figures(f: dict[str, Any]) -> list[Figure]:
         if ratio > 1.05:
             busy, span = run["server_busy_s"], run["makespan_s"]
             gap, lag = run["client_gap_s"], run["emulator_lag_lost_s"]
-            why = (f"the server worked {busy / run['bound_s']:.2f}x the bound (median "
-                   f"{run['median_running']:.0f} running, {tail:,.0f} s below a quarter of that: "
-                   f"the drain of the longest outputs, which the bound leaves out); without work "
-                   f"{gap:,.0f} s ({gap / span:.1%}) from client gaps and {lag:,.0f} s from the "
-                   f"emulator behind its clock; {run['retracted']} retractions")  # fmt: skip
-        out.append(Figure("f", f"makespan / peak-capacity bound, {run['policy']}", value,
-                          "<= 1.05x", ratio <= 1.05, why))  # fmt: skip
+            why = (
+                f"the server worked {busy / run['bound_s']:.2f}x the bound (median "
+                f"{run['median_running']:.0f} running, {tail:,.0f} s below a quarter of that: "
+                f"the drain of the longest outputs, which the bound leaves out); without work "
+                f"{gap:,.0f} s ({gap / span:.1%}) from client gaps and {lag:,.0f} s from the "
+                f"emulator behind its clock; {run['retracted']} retractions"
+            )
+        out.append(
+            Figure(
+                "f",
+                f"makespan / peak-capacity bound, {run['policy']}",
+                value,
+                "<= 1.05x",
+                ratio <= 1.05,
+                why,
+            )
+        )
     for run in f["runs"]:
         ms = run["cpu_ms_per_record"]
-        out.append(Figure("g", f"client CPU per record, flow process, {run['policy']}",
-                          f"{ms:.2f} ms ({run['records']:,} records)", "<= 1 ms", ms <= 1.0,
-                          "" if ms <= 1.0 else cpu_why(run)))  # fmt: skip
+        out.append(
+            Figure(
+                "g",
+                f"client CPU per record, flow process, {run['policy']}",
+                f"{ms:.2f} ms ({run['records']:,} records)",
+                "<= 1 ms",
+                ms <= 1.0,
+                "" if ms <= 1.0 else cpu_why(run),
+            )
+        )
     return out
 
 
@@ -196,11 +268,13 @@ def cpu_why(run: dict[str, Any]) -> str:
     """Why (g) missed: these records are long, and the flow's CPU grows with their tokens."""
     tokens = (run["output_tokens"] + run["prompt_tokens"]) / max(1, run["records"])
     us = 1e6 * run["flow_cpu_s"] / max(1, run["output_tokens"] + run["prompt_tokens"])
-    return (f"records of ~{tokens:,.0f} tokens (prompt + output; (a)'s are ~450), "
-            f"{us:.2f} us CPU per token; {run['flow_sys_cpu_s']:.1f} of the "
-            f"{run['flow_cpu_s']:.1f} s in the kernel; the flow's lazy imports "
-            f"({run['flow_import_cpu_s']:.1f} s) done before the clock. Where the rest goes: "
-            "README, Performance, (g) profile")  # fmt: skip
+    return (
+        f"records of ~{tokens:,.0f} tokens (prompt + output; (a)'s are ~450), "
+        f"{us:.2f} us CPU per token; {run['flow_sys_cpu_s']:.1f} of the "
+        f"{run['flow_cpu_s']:.1f} s in the kernel; the flow's lazy imports "
+        f"({run['flow_import_cpu_s']:.1f} s) done before the clock. Where the rest goes: "
+        "README, Performance, (g) profile"
+    )
 
 
 def details(r: dict[str, Any]) -> list[str]:
@@ -219,9 +293,12 @@ def details(r: dict[str, Any]) -> list[str]:
             f"+ the rest {rest:.2f}; rejected {a['pipeline_rejected']}",
             f"    emulator ceiling: ~{a['emulator_ceiling_rate']:,.0f} req/s on one core "
             f"({a['emulator_cpu_us']:.0f} us CPU per request): "
-            + ("not what limits either side" if a["bare_rate"] < 0.7 * a["emulator_ceiling_rate"]
-               else "close to the bare loop's rate, so it may limit the ratio"),
-        ]  # fmt: skip
+            + (
+                "not what limits either side"
+                if a["bare_rate"] < 0.7 * a["emulator_ceiling_rate"]
+                else "close to the bare loop's rate, so it may limit the ratio"
+            ),
+        ]
         if "prefect_task_overhead_ms" in a:
             per_record = a["prefect_task_cpu_ms"] / 512
             lines.append(
@@ -272,8 +349,10 @@ def details(r: dict[str, Any]) -> list[str]:
             f"({t['prompts']:,} x ~{t['mean_output']} out)"
             for t in f["tiers"]
         )
-        lines.append(f"(f) {f['profile']} at time scale {f['time_scale']}, prompt-count scale "
-                     f"{f['scale']:g}; tiers (in flight/max_tokens): {tiers}")  # fmt: skip
+        lines.append(
+            f"(f) {f['profile']} at time scale {f['time_scale']}, prompt-count scale "
+            f"{f['scale']:g}; tiers (in flight/max_tokens): {tiers}"
+        )
         for run in f["runs"]:
             lines.append(
                 f"    {run['policy']}: {run['records']:,} records, {run['output_tokens']:,} "
@@ -328,20 +407,29 @@ def main(argv: list[str] | None = None) -> int:
     s = sizes(args.quick, args.scale)
     info = machine()
     mode = "quick" if args.quick else "full"
-    print(f"eagle3-datagen benchmark ({mode}, scale {args.scale:g}): {info['nproc']} cores, "
-          f"{info['cpu']}, Python {info['python']}, {info['date']}", flush=True)  # fmt: skip
+    print(
+        f"eagle3-datagen benchmark ({mode}, scale {args.scale:g}): {info['nproc']} cores, "
+        f"{info['cpu']}, Python {info['python']}, {info['date']}",
+        flush=True,
+    )
     results: dict[str, Any] = {"machine": info, "mode": mode, "scale": args.scale}
     steps = [
-        ("a", "client overhead", lambda: client_overhead.measure(
-            s["a_prompts"], s["a_repeats"], prefect=not args.no_prefect and not args.quick,
-            flow_prompts=s["a_flow_prompts"])),
+        (
+            "a",
+            "client overhead",
+            lambda: client_overhead.measure(
+                s["a_prompts"],
+                s["a_repeats"],
+                prefect=not args.no_prefect and not args.quick,
+                flow_prompts=s["a_flow_prompts"],
+            ),
+        ),
         ("b", "slot utilization", lambda: utilization.measure(s["b"])),
         ("c", "peak memory", lambda: memory.measure(s["c_small"], s["c_big"])),
         ("d", "tokenization rate", lambda: tokenize_rate.measure(s["d_prompts"])),
         ("e", "auto vs static concurrency", lambda: adaptive.measure(s["e_scale"])),
-        ("f", "makespan and CPU per record, Prefect flow",
-         lambda: makespan.measure(s["f_scale"])),
-    ]  # fmt: skip
+        ("f", "makespan and CPU per record, Prefect flow", lambda: makespan.measure(s["f_scale"])),
+    ]
     for key, label, run in steps:
         if key not in args.only:
             continue
@@ -356,8 +444,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(figs))
     print()
     print("\n".join(details(results)))
-    print(f"\nload average at start {info['loadavg_start'][0]:.1f}, at end "
-          f"{info['loadavg_end'][0]:.1f} (other processes share these cores)")  # fmt: skip
+    print(
+        f"\nload average at start {info['loadavg_start'][0]:.1f}, at end "
+        f"{info['loadavg_end'][0]:.1f} (other processes share these cores)"
+    )
     if args.quick:
         print("quick mode: sizes too small for the targets; run without --quick for the figures")
     if args.markdown:

@@ -31,8 +31,13 @@ STACKS = {
     "aiohttp + orjson": "aiohttp_orjson",
     "SGLangClient.generate (aiohttp + orjson)": "client",
 }
-SAMPLING = {"max_new_tokens": 1024, "temperature": 1.0, "top_p": 0.95,
-            "skip_special_tokens": False, "no_stop_trim": True}  # fmt: skip
+SAMPLING = {
+    "max_new_tokens": 1024,
+    "temperature": 1.0,
+    "top_p": 0.95,
+    "skip_special_tokens": False,
+    "no_stop_trim": True,
+}
 
 
 async def _stack(kind: str, url: str, n: int, concurrency: int) -> dict[str, Any]:
@@ -64,8 +69,11 @@ async def _stack(kind: str, url: str, n: int, concurrency: int) -> dict[str, Any
         closers.append(client.aclose)
 
         async def send(i: int) -> int:
-            r = await client.post("/generate", content=orjson.dumps(payload(i)),
-                                  headers={"Content-Type": "application/json"})  # fmt: skip
+            r = await client.post(
+                "/generate",
+                content=orjson.dumps(payload(i)),
+                headers={"Content-Type": "application/json"},
+            )
             return len(orjson.loads(r.content)["output_ids"])
 
     elif kind in ("aiohttp_json", "aiohttp_orjson"):
@@ -111,8 +119,12 @@ def json_decode_us() -> dict[str, float]:
     """Decoding one ~200-token /generate answer: stdlib json against orjson."""
     import orjson
 
-    meta = {"id": "r", "prompt_tokens": 250, "completion_tokens": 200,
-            "finish_reason": {"type": "stop", "matched": 7}}  # fmt: skip
+    meta = {
+        "id": "r",
+        "prompt_tokens": 250,
+        "completion_tokens": 200,
+        "finish_reason": {"type": "stop", "matched": 7},
+    }
     answer = {"text": "x" * 900, "output_ids": list(range(150_000, 150_200)), "meta_info": meta}
     body = json.dumps(answer).encode()
     out = {}
@@ -133,8 +145,9 @@ def measure(n: int, concurrency: int = 150) -> dict[str, Any]:
             if kind == "httpx_aiohttp" and importlib.util.find_spec("httpx_aiohttp") is None:
                 continue  # not installed
             n_kind = max(300, n // 5) if kind == "httpx" else n  # ~5 ms a request: fewer
-            rows[label] = run_child("transports", ["child", kind, emu.url, str(n_kind),
-                                                   str(concurrency)])  # fmt: skip
+            rows[label] = run_child(
+                "transports", ["child", kind, emu.url, str(n_kind), str(concurrency)]
+            )
     return {"stacks": rows, "json_us": json_decode_us()}
 
 

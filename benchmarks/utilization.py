@@ -69,11 +69,18 @@ class Scenario:
     max_tokens_in_flight: int = 160_000
 
     def emulator_flags(self) -> list[str]:
-        return ["--emu-running-slots", str(self.slots),
-                "--emu-decode-ms-per-token", str(self.decode_ms),
-                "--emu-prefill-tokens-per-s", str(self.prefill_tok_s),
-                "--emu-mean-output-tokens", str(self.mean_output),
-                "--emu-output-sigma", str(self.sigma)]  # fmt: skip
+        return [
+            "--emu-running-slots",
+            str(self.slots),
+            "--emu-decode-ms-per-token",
+            str(self.decode_ms),
+            "--emu-prefill-tokens-per-s",
+            str(self.prefill_tok_s),
+            "--emu-mean-output-tokens",
+            str(self.mean_output),
+            "--emu-output-sigma",
+            str(self.sigma),
+        ]
 
 
 def _stats(url: str, path: str, method: str = "GET") -> dict[str, Any]:
@@ -100,13 +107,19 @@ async def _side_by_side(config: Any, url: str) -> dict[str, Any]:
     budget = ServerBudget(config.server.max_requests_in_flight, config.server.max_tokens_in_flight)
     _stats(url, "/emulator/reset_stats", "POST")
     t0 = time.monotonic()
-    done = await asyncio.gather(*(run_partition(config, p.name, url, budget)
-                                  for p in config.partitions))  # fmt: skip
+    done = await asyncio.gather(
+        *(run_partition(config, p.name, url, budget) for p in config.partitions)
+    )
     wall = time.monotonic() - t0
     stats = _stats(url, "/emulator/stats")
-    return {"stats": stats, "wall_s": wall, "accepted": sum(done),
-            "peak_tokens": budget.peak_tokens, "peak_requests": budget.peak_requests,
-            "max_tokens_in_flight": config.server.max_tokens_in_flight}  # fmt: skip
+    return {
+        "stats": stats,
+        "wall_s": wall,
+        "accepted": sum(done),
+        "peak_tokens": budget.peak_tokens,
+        "peak_requests": budget.peak_requests,
+        "max_tokens_in_flight": config.server.max_tokens_in_flight,
+    }
 
 
 async def _sequential(config: Any, url: str) -> dict[str, Any]:
@@ -115,8 +128,13 @@ async def _sequential(config: Any, url: str) -> dict[str, Any]:
     plans = []
     for part in config.partitions:  # rendered before the clock: the strongest baseline
         tier = config.tier(part.tier)
-        plans.append((render_partition(config, part.name), sampling_for(config, tier.name),
-                      tier.in_flight_cap))  # fmt: skip
+        plans.append(
+            (
+                render_partition(config, part.name),
+                sampling_for(config, tier.name),
+                tier.in_flight_cap,
+            )
+        )
     connector = aiohttp.TCPConnector(limit=max(c for *_, c in plans) + 8)
     async with aiohttp.ClientSession(connector=connector) as session:
         _stats(url, "/emulator/reset_stats", "POST")
@@ -196,13 +214,21 @@ def measure(sc: Scenario) -> dict[str, Any]:
 
 
 def _spec_json(
-    parts: list[tuple[str, Path, str]], out: Path, tiers: list[tuple[str, int, int]],
+    parts: list[tuple[str, Path, str]],
+    out: Path,
+    tiers: list[tuple[str, int, int]],
     cap: int | None,
-) -> str:  # fmt: skip
+) -> str:
     import json
 
-    return json.dumps({"parts": [[n, str(p), t] for n, p, t in parts], "out": str(out),
-                       "tiers": tiers, "cap": cap})  # fmt: skip
+    return json.dumps(
+        {
+            "parts": [[n, str(p), t] for n, p, t in parts],
+            "out": str(out),
+            "tiers": tiers,
+            "cap": cap,
+        }
+    )
 
 
 def main(argv: list[str]) -> None:

@@ -255,10 +255,12 @@ def _add_run(sub: Any) -> None:
         "--overwrite", action="store_true", help="allow writing over data of another fingerprint"
     )
     run.add_argument(
-        "--wait-for-lock", type=float, metavar="SECONDS",
+        "--wait-for-lock",
+        type=float,
+        metavar="SECONDS",
         help="when another run is writing a partition of the output directory, wait this long "
         "for it (-1: as long as it takes) instead of refusing at once",
-    )  # fmt: skip
+    )
     run.add_argument(
         "--fan-out",
         metavar="DEPLOYMENT",
@@ -306,24 +308,33 @@ def _add_dataset_commands(sub: Any) -> None:
     export.add_argument("--format", required=True, choices=["specforge", "speculators"])
     export.add_argument("--output", required=True, metavar="PATH", help="JSONL file to write")
     export.add_argument(
-        "--truncated", choices=["keep", "drop", "refuse"], default="keep",
+        "--truncated",
+        choices=["keep", "drop", "refuse"],
+        default="keep",
         help="length-truncated records: keep (listed in the metadata), drop, or refuse to export",
-    )  # fmt: skip
+    )
     export.add_argument("--skip-truncated", action="store_true", help="same as --truncated drop")
     export.add_argument(
-        "--max-length", type=int, metavar="N",
+        "--max-length",
+        type=int,
+        metavar="N",
         help="the trainer's max length (default: its own, SpecForge 2048, speculators 8192)",
-    )  # fmt: skip
+    )
     export.add_argument(
-        "--over-length", choices=["keep", "drop", "refuse"], default="keep",
+        "--over-length",
+        choices=["keep", "drop", "refuse"],
+        default="keep",
         help="records longer than --max-length, which the trainer clips: keep (reported), "
         "drop, or refuse to export",
-    )  # fmt: skip
+    )
     export.add_argument(
-        "--validation", type=float, default=0.0, metavar="FRACTION",
+        "--validation",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
         help="hold out this fraction of conversations (all their turns and samples) in "
         "<output stem>.validation.jsonl",
-    )  # fmt: skip
+    )
     export.add_argument("--split-seed", type=int, default=0, help="seed of the validation split")
     export.add_argument(
         "--tokenizer", metavar="PATH", help="tokenizer path, if it moved since the run"
@@ -347,9 +358,11 @@ def _add_ops_commands(sub: Any) -> None:
         help="a run's failed batches (batch, lines, attempts, cause) from the Prefect API",
     )
     failures.add_argument(
-        "flow_run", nargs="?", metavar="FLOW_RUN",
+        "flow_run",
+        nargs="?",
+        metavar="FLOW_RUN",
         help="flow run id or name (default: the latest eagle3-datagen run)",
-    )  # fmt: skip
+    )
     failures.set_defaults(func=cmd_failures)
 
     alarm = sub.add_parser("alarm", help="the Prefect automations: throughput low, run failed")
@@ -360,9 +373,11 @@ def _add_ops_commands(sub: Any) -> None:
         "run-failed.yaml)",
     )
     install.add_argument(
-        "--block", required=True, metavar="NAME",
+        "--block",
+        required=True,
+        metavar="NAME",
         help="notification block to send through: NAME or TYPE/NAME, as `prefect block ls` shows",
-    )  # fmt: skip
+    )
     install.add_argument("--file", metavar="YAML", help="another automation file")
     install.set_defaults(func=cmd_alarm_install)
 
@@ -408,8 +423,11 @@ def main(argv: list[str] | None = None) -> int:
 
         if not isinstance(err, Interrupted):
             raise
-        print(f"eagle3-datagen: {err}: the run stopped and is marked Cancelled; rerun the same "
-              "command to finish it", file=sys.stderr)  # fmt: skip
+        print(
+            f"eagle3-datagen: {err}: the run stopped and is marked Cancelled; rerun the same "
+            "command to finish it",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -120,9 +120,15 @@ async def failed_batches(ref: str | None) -> tuple[FlowRun, list[dict[str, Any]]
         if label in seen:
             continue
         message = (task.state.message if task.state else None) or "no message"
-        rows.append({"batch": label, "first_line": None, "last_line": None,
-                     "cause": message.removeprefix(f"{task.name}: "),
-                     "attempts": task.run_count})  # fmt: skip
+        rows.append(
+            {
+                "batch": label,
+                "first_line": None,
+                "last_line": None,
+                "cause": message.removeprefix(f"{task.name}: "),
+                "attempts": task.run_count,
+            }
+        )
     return run, sorted(rows, key=lambda r: r["batch"])
 
 

@@ -71,11 +71,12 @@ async def _publish_failed_batches(
 ) -> None:
     """The partition's failed-batches table: batch, first and last line, cause, attempts."""
     rows = [
-        failed_batch_row(spec.label, spec.first_line, spec.count, result,
-                         progress.attempts.get(spec.index, 1))
+        failed_batch_row(
+            spec.label, spec.first_line, spec.count, result, progress.attempts.get(spec.index, 1)
+        )
         for spec, result in zip(batches, results, strict=True)
         if isinstance(result, BaseException)
-    ]  # fmt: skip
+    ]
     await acreate_table_artifact(
         rows,
         key=artifact_key(FAILED_BATCHES_PREFIX, partition),

@@ -30,8 +30,12 @@ def throughput_event(
     """
     related = [{"prefect.resource.id": f"prefect.flow.{flow_id}", "prefect.resource.role": "flow"}]
     if deployment_id:
-        related.append({"prefect.resource.id": f"prefect.deployment.{deployment_id}",
-                        "prefect.resource.role": "deployment"})  # fmt: skip
+        related.append(
+            {
+                "prefect.resource.id": f"prefect.deployment.{deployment_id}",
+                "prefect.resource.role": "deployment",
+            }
+        )
     return {
         "event": f"{THROUGHPUT_EVENT_PREFIX}.{change.kind}",
         "resource": {

@@ -47,20 +47,30 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_wheel_installs_only_the_projects_names(installed: Path):
     code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site = subprocess.run([str(installed / "python"), "-c", code], capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+    site = subprocess.run(
+        [str(installed / "python"), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     names = {p.name for p in Path(site).iterdir() if (p / "__init__.py").exists()}
     ours = {n for n in names if n.startswith(("eagle3_datagen", "sglang_emulator"))}
-    assert ours == {"eagle3_datagen", "eagle3_datagen_flows", "eagle3_datagen_tasks",
-                    "sglang_emulator"}  # fmt: skip
+    assert ours == {
+        "eagle3_datagen",
+        "eagle3_datagen_flows",
+        "eagle3_datagen_tasks",
+        "sglang_emulator",
+    }
     assert "flows" not in names and "tasks" not in names
     assert (Path(site) / "eagle3_datagen_flows/automations/throughput-low.yaml").is_file()
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "top")
 def test_every_command_runs_from_the_wheel(installed: Path, tmp_path: Path, command: list[str]):
-    proc = subprocess.run([str(installed / "eagle3-datagen"), *command, "--help"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [str(installed / "eagle3-datagen"), *command, "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "usage:" in proc.stdout.lower()
 
@@ -74,8 +84,12 @@ def test_alarm_install_from_the_wheel(
     notification_block(srv, Hook().url)
     proc = subprocess.run(
         [str(installed / "eagle3-datagen"), "alarm", "install", "--block", "eagle3-alerts"],
-        cwd=tmp_path, env=srv.env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=srv.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     try:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "notifies through" in proc.stdout

@@ -56,27 +56,54 @@ def test_the_parent_message_names_the_failed_partitions() -> None:
 
 
 def test_summary_rows_carry_this_runs_counts_and_what_is_on_disk_separately() -> None:
-    this_run = {"input_lines": 63, "accepted": 55, "rejected": 8, "truncated": 11,
-                "truncation_rate": 0.2, "output_tokens": 9300,
-                "rejects_by_reason": {"duplicate_id": 5, "bad_input": 3},
-                "wall_s": 75.0, "output_tok_s": 124.0}  # fmt: skip
+    this_run = {
+        "input_lines": 63,
+        "accepted": 55,
+        "rejected": 8,
+        "truncated": 11,
+        "truncation_rate": 0.2,
+        "output_tokens": 9300,
+        "rejects_by_reason": {"duplicate_id": 5, "bad_input": 3},
+        "wall_s": 75.0,
+        "output_tok_s": 124.0,
+    }
     on_disk = {"input_lines": 63, "accepted": 55, "rejected": 8}
     row = summary_row("demo_short", "completed", this_run, input_lines=63, on_disk=on_disk)
     assert row == {
-        "partition": "demo_short", "status": "completed", "input_lines": 63, "accepted": 55,
-        "rejected": 8, "rejected_by_reason": "bad_input=3, duplicate_id=5",
-        "truncation_rate": "20.0%", "output_tokens": 9300, "tok_per_s": 124,
-        "wall_time": "1m15s", "on_disk": "63 of 63 lines: 55 accepted, 8 rejected", "error": "",
-    }  # fmt: skip
+        "partition": "demo_short",
+        "status": "completed",
+        "input_lines": 63,
+        "accepted": 55,
+        "rejected": 8,
+        "rejected_by_reason": "bad_input=3, duplicate_id=5",
+        "truncation_rate": "20.0%",
+        "output_tokens": 9300,
+        "tok_per_s": 124,
+        "wall_time": "1m15s",
+        "on_disk": "63 of 63 lines: 55 accepted, 8 rejected",
+        "error": "",
+    }
     # A partition that failed before generating: the partition's size, zeros for this run, and
     # an earlier run's data named as what is on disk, not as this run's numbers.
-    failed = summary_row("p2", "failed", None, input_lines=24, error="input file not found",
-                         on_disk={"input_lines": 24, "accepted": 24, "rejected": 0})  # fmt: skip
+    failed = summary_row(
+        "p2",
+        "failed",
+        None,
+        input_lines=24,
+        error="input file not found",
+        on_disk={"input_lines": 24, "accepted": 24, "rejected": 0},
+    )
     assert (failed["input_lines"], failed["accepted"], failed["output_tokens"]) == (24, 0, 0)
     assert failed["on_disk"] == "24 of 24 lines: 24 accepted, 0 rejected"
     assert failed["wall_time"] == "-" and failed["error"] == "input file not found"
-    linked = summary_row("p3", "failed", None, input_lines=64, error="2 of 4 batches failed",
-                         failed_batches=(2, "http://ui/artifacts/artifact/abc"))  # fmt: skip
+    linked = summary_row(
+        "p3",
+        "failed",
+        None,
+        input_lines=64,
+        error="2 of 4 batches failed",
+        failed_batches=(2, "http://ui/artifacts/artifact/abc"),
+    )
     assert linked["error"] == (
         "[2 failed batches](http://ui/artifacts/artifact/abc): 2 of 4 batches failed"
     )
@@ -87,9 +114,12 @@ def test_summary_rows_carry_this_runs_counts_and_what_is_on_disk_separately() ->
 def test_failed_batch_rows_name_lines_cause_and_attempts() -> None:
     err = BatchTaskFailed("generate[demo_short/0002]: line 40: request failed after 2 attempts")
     assert failed_batch_row("demo_short/0002", 33, 16, err, 2) == {
-        "batch": "demo_short/0002", "first_line": 33, "last_line": 48,
-        "cause": "line 40: request failed after 2 attempts", "attempts": 2,
-    }  # fmt: skip
+        "batch": "demo_short/0002",
+        "first_line": 33,
+        "last_line": 48,
+        "cause": "line 40: request failed after 2 attempts",
+        "attempts": 2,
+    }
 
 
 def test_run_names_say_what_ran() -> None:

@@ -44,10 +44,13 @@ class ServerPool(ClosedOnExit):
         if not urls:
             raise ValueError("ServerPool needs at least one URL")
         self.members = [
-            _Member(SGLangClient(u, api_key=api_key, timeout_s=timeout_s,
-                                 max_connections=max_connections))
+            _Member(
+                SGLangClient(
+                    u, api_key=api_key, timeout_s=timeout_s, max_connections=max_connections
+                )
+            )
             for u in urls
-        ]  # fmt: skip
+        ]
         self.down_after = down_after
         self.probe_after_s = probe_after_s
         self._tiebreak = itertools.count()
