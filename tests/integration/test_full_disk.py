@@ -64,6 +64,10 @@ def test_a_full_disk_fails_cleanly_and_a_rerun_completes_the_dataset(
     data["server"] = {"mode": "attach", "url": emu.url}
     data["batch_size"] = 16
     data["output_dir"] = str(small_disk / "out")
+    # The prompts are checked below against the template over the data as it is; what SGLang's
+    # chat path makes of them (render: sglang_chat) is checked against SGLang's own render in
+    # tests/unit/test_sglang_chat_render.py.
+    data["model"]["render"] = "template"
     config = PipelineConfig.model_validate(data)
     out = Path(config.output_dir)
     filler = _fill(small_disk, leave=96 * 1024)
