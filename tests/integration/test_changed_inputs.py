@@ -88,6 +88,7 @@ def test_every_kind_of_input_change_sends_only_what_is_not_done(
     emu = emulator_factory(ledger=ledger).wait_ready()
     prompts = tmp_path / "prompts.jsonl"
     data = base_config(tmp_path, prompts)
+    data["model"]["render"] = "template"  # checked against the template over the data as-is
     data["server"] = {"mode": "attach", "url": emu.url}
     data["batch_size"] = 8
     config = PipelineConfig.model_validate(data)
@@ -150,6 +151,7 @@ def test_a_kill_after_the_input_changed_resumes_exactly(
     emu = emulator_factory(*slow, ledger=ledger).wait_ready()
     prompts = tmp_path / "prompts.jsonl"
     data = base_config(tmp_path, prompts)
+    data["model"]["render"] = "template"  # checked against the template over the data as-is
     data["server"] = {"mode": "attach", "url": emu.url}
     data["tiers"][0]["concurrency"] = 8
     data["batch_size"] = 10

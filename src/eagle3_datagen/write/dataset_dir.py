@@ -96,8 +96,11 @@ class DatasetDir:
                 f"{self.manifest_path}: fingerprint.run.tokenizer_path is missing; "
                 "pass --tokenizer PATH"
             )
+        # The render reference the dataset was made with; datasets from before it was recorded
+        # were rendered through the template as-is.
+        render: Any = self.content.get("render") or "template"  # ChatTokenizer checks it
         try:
-            tok = ChatTokenizer(str(path))
+            tok = ChatTokenizer(str(path), render=render)
         except TokenizerError as err:
             hint = "" if override else " (the dataset may have moved machines: pass --tokenizer)"
             raise DatasetError(f"{err}{hint}") from None
