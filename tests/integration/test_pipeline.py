@@ -59,7 +59,7 @@ def test_demo_dataset_holds_exact_tokens(tmp_path: Path, chat_tokenizer: ChatTok
         for row in rows:
             src = lines[row["source_line"]]
             assert src is not None
-            assert row["prompt_ids"] == expected_prompt_ids(tok, src)
+            assert row["prompt_ids"] == expected_prompt_ids(tok, src, config.model.render)
             # what the server received and sent, as its ledger recorded it
             received = ledger[row["rid"]]
             assert received["input_ids_sha256"] == sha256_int32(row["prompt_ids"])

@@ -70,14 +70,22 @@ def render(tok: Any, text: str, tools: list[Any] | None = None, **kwargs: Any) -
     return [int(i) for i in ids]
 
 
-def expected_prompt_ids(tok: Any, row: dict[str, Any]) -> list[int]:
+def expected_prompt_ids(tok: Any, row: dict[str, Any], render: str = "template") -> list[int]:
     """An input row rendered independently of the pipeline (transformers' own chat template,
-    trailing assistant turn dropped): what its stored ``prompt_ids`` must be."""
+    trailing assistant turn dropped): what its stored ``prompt_ids`` must be. With
+    ``render="sglang_chat"`` the template runs over the request as SGLang's chat path hands it
+    over (``render.sglang_chat.prepare``, itself checked id for id against SGLang 0.5.23's own
+    chat path by tests/unit/test_sglang_chat_render.py)."""
     messages = row["messages"]
     if messages[-1]["role"] == "assistant":
         messages = messages[:-1]
+    tools = row.get("tools")
+    if render == "sglang_chat":
+        from eagle3_datagen.render import sglang_chat
+
+        fmt = sglang_chat.content_format(str(tok.chat_template))
+        messages, tools = sglang_chat.prepare(messages, tools, fmt)
     ids = tok.apply_chat_template(
-        messages, tools=row.get("tools"), add_generation_prompt=True, tokenize=True,
-        return_dict=False,
-    )  # fmt: skip
+        messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     return [int(i) for i in ids]
