@@ -75,7 +75,8 @@ def partition_numbers(output_dir: str | Path, name: str, meter: RunMeter) -> dic
         "truncation_rate": _rate(progress.truncated, accepted),
         "output_tokens": progress.output_tokens,
         "tok_s": round(progress.tok_s(), 1),
-        "wall_s": round(progress.elapsed(), 1),
+        # Three decimals: a short partition (a resumed night's last batch) must not read 0.0 s.
+        "wall_s": round(progress.elapsed(), 3),
         "output_p50": _pct(lengths, 0.5),
         "output_p90": _pct(lengths, 0.9),
     }
