@@ -120,6 +120,9 @@ async def _reporting(partition: str, progress: Progress) -> AsyncIterator[None]:
         yield
     finally:
         reporter.cancel()
+        # The partition's clock stops here, so its last line and the run's summary (written
+        # later) show one tok/s, not two readings of a clock still running.
+        progress.finish()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await reporter
         with contextlib.suppress(Exception):

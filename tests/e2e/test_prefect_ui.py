@@ -156,14 +156,6 @@ def test_bad_parameters_fail_before_anything_starts(
     assert not runs.invalid_dir.exists()  # no server launched, nothing written
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known defect (2026-12-01 full-suite run): the summary's tok/s differed from the "
-        "last progress line's (294 vs 296) after this round's progress/off-loop changes; "
-        "not yet diagnosed"
-    ),
-)
 def test_a_demo_run_shows_live_progress_and_a_summary(
     prefect_server: PrefectServer, runs: Runs
 ) -> None:

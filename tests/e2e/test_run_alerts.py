@@ -64,13 +64,6 @@ def _end(srv: PrefectServer, run_id: str, state: str, message: str = "") -> None
         assert result["status"] == "ACCEPT", result
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known defect (2026-12-01): passes alone, failed in the full suite on the shared "
-        "e2e Prefect server (other tests' runs and automations); not yet diagnosed"
-    ),
-)
 def test_failed_and_crashed_deployment_runs_notify(
     prefect_server: PrefectServer, hook: Hook
 ) -> None:
@@ -79,12 +72,14 @@ def test_failed_and_crashed_deployment_runs_notify(
     assert "'eagle3-datagen throughput low'" in out and f"'{AUTOMATION}'" in out, out
     assert f"'{AUTOMATION}'" in out and f"notifies through custom-webhook/{BLOCK}" in out, out
     tag = uuid.uuid4().hex[:6]
-    failed = _run(srv, "eagle3-datagen", "nightly", f"failed-{tag}")
-    crashed = _run(srv, "eagle3-datagen-fanout", "fanout", f"crashed-{tag}")
+    # Deployments of this test's own (no work pool): the server's real "nightly" deployment,
+    # which other e2e tests run through a worker, is neither overwritten nor picked up here.
+    failed = _run(srv, "eagle3-datagen", f"nightly-{tag}", f"failed-{tag}")
+    crashed = _run(srv, "eagle3-datagen-fanout", f"fanout-{tag}", f"crashed-{tag}")
     quiet = [
-        (_run(srv, "eagle3-datagen", "nightly", f"completed-{tag}"), "COMPLETED"),
+        (_run(srv, "eagle3-datagen", f"nightly-{tag}", f"completed-{tag}"), "COMPLETED"),
         (_run(srv, "eagle3-datagen", None, f"adhoc-{tag}"), "FAILED"),  # no deployment
-        (_run(srv, "some-other-flow", "other", f"other-{tag}"), "FAILED"),
+        (_run(srv, "some-other-flow", f"other-{tag}", f"other-{tag}"), "FAILED"),
     ]
     time.sleep(2)  # the automation is loaded by the triggers service
     _end(srv, failed, "FAILED", "1 of 2 partitions failed: B1: disk full")
@@ -105,7 +100,7 @@ def test_failed_and_crashed_deployment_runs_notify(
         name: next(b for b in mine if f"{name}-{tag} " in b) for name in ("failed", "crashed")
     }
     assert (
-        f"eagle3-datagen: failed-{tag} Failed|nightly run failed-{tag} ended Failed"
+        f"eagle3-datagen: failed-{tag} Failed|nightly-{tag} run failed-{tag} ended Failed"
         in (by_run["failed"])
     )
     assert "1 of 2 partitions failed: B1: disk full" in by_run["failed"]
