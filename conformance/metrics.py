@@ -13,6 +13,11 @@ token usage from the tokens they hold). The names, types and labels are SGLang's
 values come from the fake engine.
 
     python -m conformance.metrics record   # writes tests/fixtures/sglang-0.5.23/metrics.txt
+
+``record`` also writes the emulator's catalogue of SGLang's families
+(``src/sglang_emulator/sglang_metrics.prom``: the recording with every value 0), which the
+emulator renders with its own values; ``tests/emulator/test_metrics_families.py`` holds its
+``/metrics`` to the recording.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/sglang-0.5.23/metrics.txt"
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "tests/fixtures/sglang-0.5.23/metrics.txt"
+CATALOGUE = REPO / "src/sglang_emulator/sglang_metrics.prom"
 
 
 def prepare(argv: list[str]) -> None:
@@ -95,7 +102,22 @@ def record(work: Path) -> str:
     """The real app's /metrics while requests are in flight, written to :data:`FIXTURE`."""
     text = exposition(work)
     FIXTURE.write_text(text)
+    CATALOGUE.write_text(catalogue(text))
     return text
+
+
+def catalogue(text: str) -> str:
+    """The recorded exposition with every sample's value 0: SGLang's families (HELP, TYPE,
+    label sets, histogram buckets) for the emulator to fill with its own values."""
+    head = (
+        "# SGLang 0.5.23's /metrics families, recorded from its own collectors by "
+        "conformance/metrics.py (values zeroed; the emulator fills in its own)\n"
+    )
+    lines = [
+        line if line.startswith("#") or not line else line.rpartition(" ")[0] + " 0.0"
+        for line in text.splitlines()
+    ]
+    return head + "\n".join(lines) + "\n"
 
 
 def exposition(work: Path) -> str:

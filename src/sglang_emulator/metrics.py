@@ -1,21 +1,49 @@
 """SGLang's load surfaces: ``GET /metrics`` (Prometheus text) and ``GET /v1/loads`` (JSON).
 
-Names, labels and semantics follow SGLang 0.5.23: the scheduler gauges and counters of
-``observability/metrics_collector.py`` (``SchedulerMetricsCollector``, lines 365-721; labels
-``model_name``, ``engine_type``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank`` at lines 1382-1388),
-served at ``/metrics`` only when the server runs with ``--enable-metrics``
-(``entrypoints/http_server.py:314``); and ``/v1/loads`` (``entrypoints/v1_loads.py:96``), always
-on, whose ``loads`` entries carry ``LoadSnapshot``'s core fields
-(``managers/load_snapshot.py:196-226``). Without ``--emu-physics`` the values come from the
-plain latency model's counters (running, queued), with no KV accounting.
+``/metrics`` serves every family SGLang 0.5.23 serves, with its names, types, HELP texts, label
+names and histogram buckets: ``sglang_metrics.prom`` is SGLang's own exposition, recorded from
+its collectors by ``conformance/metrics.py`` with the values zeroed, and this module fills it
+with the emulator's values (held to the recording in CI, ``tests/emulator/
+test_metrics_families.py``). What the emulator models has its value: the scheduler's running,
+queue, KV and throughput gauges, the tokenizer manager's request and token counters and its
+latency and length histograms, the HTTP request counters, idle and CPU seconds; everything else
+(speculative decoding, DP attention, disaggregation, SWA/Mamba pools) stays 0 as on a server
+without those features. The retraction counters (``metrics_collector.py:557-571``, the
+scheduler's labels) appear at the first retraction, as SGLang's do (a counter's series exists
+once ``labels(...).inc()`` ran). Served only with ``--enable-metrics``
+(``entrypoints/http_server.py:314``).
+
+``/v1/loads`` (``entrypoints/v1_loads.py:96``), always on, carries ``LoadSnapshot``'s core
+fields (``managers/load_snapshot.py:196-226``). Without ``--emu-physics`` the values come from
+the plain latency model's counters (running, queued), with no KV accounting.
 """
 
 from __future__ import annotations
 
+import bisect
+import os
+import re
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+CATALOGUE = Path(__file__).parent / "sglang_metrics.prom"
+_RECORDED_MODEL = 'model_name="moonshotai/Kimi-K2.5"'
+_SCHEDULER_LABELS = (
+    'engine_type="unified",model_name="{model}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+)
+_RETRACTION_COUNTERS = (
+    ("num_retracted_requests", "retracted_requests_total", "Total number of retracted requests."),
+    ("num_retracted_input_tokens", "retracted_input_tokens_total",
+     "Total number of retracted input tokens."),
+    ("num_retracted_output_tokens", "retracted_output_tokens_total",
+     "Total number of retracted output tokens."),
+)  # fmt: skip
+_HTTP = ("sglang:http_requests_active", "sglang:http_requests_total", "sglang:http_responses_total")
+_SAMPLE = re.compile(r"^(?P<name>[^{ ]+)(?P<labels>\{.*\})? (?P<value>\S+)$")
 
 
 @dataclass(frozen=True)
@@ -35,69 +63,186 @@ class LoadView:
     prompt_tokens_total: int
     generation_tokens_total: int
     requests_total: int
+    idle_s: float = 0.0
 
     @property
     def token_usage(self) -> float:
         return self.num_used_tokens / self.max_total_num_tokens if self.max_total_num_tokens else 0
 
 
-_GAUGES = (
-    ("num_running_reqs", "The number of running requests."),
-    ("num_queue_reqs", "The number of requests in the waiting queue."),
-    ("gen_throughput", "The generation throughput (token/s)."),
-    ("token_usage", "The token usage."),
-    ("num_used_tokens", "The number of used tokens."),
-    ("new_token_ratio", "The new token ratio."),
-)
-_COUNTERS = (
-    ("num_retracted_requests", "retracted_requests_total", "Total number of retracted requests."),
-    (
-        "num_retracted_input_tokens",
-        "retracted_input_tokens_total",
-        "Total number of retracted input tokens.",
-    ),
-    (
-        "num_retracted_output_tokens",
-        "retracted_output_tokens_total",
-        "Total number of retracted output tokens.",
-    ),
-    ("prompt_tokens", "prompt_tokens_total", "Number of prefill tokens processed."),
-    ("generation_tokens", "generation_tokens_total", "Number of generation tokens processed."),
-    ("num_requests", "requests_total", "Number of requests processed."),
+@dataclass(frozen=True)
+class Family:
+    """One family of the catalogue: its HELP and TYPE lines, and its samples as
+    (sample name, label text) in SGLang's order."""
+
+    name: str
+    kind: str
+    header: tuple[str, str]
+    samples: tuple[tuple[str, str], ...]
+
+
+def load_catalogue(path: Path = CATALOGUE) -> list[Family]:
+    """SGLang's families as recorded (``sglang_metrics.prom``)."""
+    families: list[Family] = []
+    help_line = ""
+    samples: list[tuple[str, str]] = []
+    for line in path.read_text().splitlines():
+        if line.startswith("# HELP "):
+            help_line = line
+        elif line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            samples = []
+            families.append(Family(name, kind, (help_line, line), ()))
+        elif line and not line.startswith("#"):
+            m = _SAMPLE.match(line)
+            if m is None:
+                raise ValueError(f"{path}: not a sample line: {line!r}")
+            samples.append((m["name"], m["labels"] or ""))
+            last = families[-1]
+            families[-1] = Family(last.name, last.kind, last.header, tuple(samples))
+    return families
+
+
+class Histogram:
+    """Cumulative bucket counts over SGLang's bounds (read from the catalogue's ``le``)."""
+
+    def __init__(self, bounds: list[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * len(bounds)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        i = bisect.bisect_left(self.bounds, value)
+        if i < len(self.counts):
+            self.counts[i] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self, le: float) -> int:
+        i = bisect.bisect_left(self.bounds, le)
+        return sum(self.counts[: i + 1])
+
+
+# Histograms the emulator observes, per finished request (the tokenizer manager's).
+_OBSERVED = (
+    "sglang:time_to_first_token_seconds",
+    "sglang:e2e_request_latency_seconds",
+    "sglang:prompt_tokens_histogram",
+    "sglang:uncached_prompt_tokens_histogram",
+    "sglang:generation_tokens_histogram",
 )
 
 
-_TOKENIZER_SIDE = frozenset({"prompt_tokens", "generation_tokens", "num_requests"})
+def _le(labels: str) -> float:
+    m = re.search(r'le="([^"]+)"', labels)
+    if m is None:
+        raise ValueError(f"histogram bucket without le: {labels}")
+    return float(m[1])
+
+
+@dataclass
+class Observed:
+    """What the emulator's HTTP side saw: per-request histograms and HTTP request counts."""
+
+    catalogue: list[Family]
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+    active: Counter[tuple[str, str]] = field(default_factory=Counter)
+    requests: Counter[tuple[str, str]] = field(default_factory=Counter)
+    responses: Counter[tuple[str, str, int]] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        for fam in self.catalogue:
+            if fam.name in _OBSERVED:
+                bounds = sorted({_le(lab) for n, lab in fam.samples if n.endswith("_bucket")})
+                self.histograms[fam.name] = Histogram(bounds)
+
+    def finished(self, prompt: int, cached: int, output: int, latency_s: float) -> None:
+        """One /generate answered (non-streaming: the first token reaches the client last)."""
+        h = self.histograms
+        for name, value in (
+            ("sglang:time_to_first_token_seconds", latency_s),
+            ("sglang:e2e_request_latency_seconds", latency_s),
+            ("sglang:prompt_tokens_histogram", prompt),
+            ("sglang:uncached_prompt_tokens_histogram", prompt - cached),
+            ("sglang:generation_tokens_histogram", output),
+        ):
+            if name in h:
+                h[name].observe(value)
 
 
 def _fmt(v: float) -> str:
     return repr(float(v))
 
 
-def prometheus_text(view: LoadView, model_name: str) -> str:
-    """The ``/metrics`` body: one ``# HELP``/``# TYPE`` block per metric, SGLang's names."""
-    labels = (
-        f'{{engine_type="unified",model_name="{model_name}",moe_ep_rank="0",pp_rank="0",'
-        'tp_rank="0"}'
-    )
+def _gauges(view: LoadView) -> dict[str, float]:
+    """The scheduler's values the emulator models, by sample name."""
+    used = view.num_used_tokens
+    return {
+        "sglang:num_running_reqs": view.num_running_reqs,
+        "sglang:num_queue_reqs": view.num_queue_reqs,
+        "sglang:gen_throughput": view.gen_throughput,
+        "sglang:token_usage": view.token_usage,
+        "sglang:full_token_usage": view.token_usage,
+        "sglang:num_used_tokens": used,
+        "sglang:kv_used_tokens": used,
+        "sglang:kv_available_tokens": max(0, view.max_total_num_tokens - used),
+        "sglang:decode_sum_seq_lens": used,
+        "sglang:new_token_ratio": view.new_token_ratio,
+        "sglang:scheduler_idle_seconds_total": view.idle_s,
+        "sglang:process_cpu_seconds_total": time.process_time(),
+        "sglang:prompt_tokens_total": view.prompt_tokens_total,
+        "sglang:generation_tokens_total": view.generation_tokens_total,
+        "sglang:num_requests_total": view.requests_total,
+    }
+
+
+def _http_samples(fam: Family, seen: Observed) -> list[str]:
+    if fam.name == "sglang:http_responses_total":
+        return [
+            f'{fam.name}{{endpoint="{e}",method="{m}",status_code="{s}"}} {_fmt(n)}'
+            for (e, m, s), n in seen.responses.items()
+        ]
+    counts = seen.active if fam.name == "sglang:http_requests_active" else seen.requests
+    return [f'{fam.name}{{endpoint="{e}",method="{m}"}} {_fmt(n)}' for (e, m), n in counts.items()]
+
+
+def _histogram_samples(fam: Family, h: Histogram, model: str) -> list[str]:
+    out = []
+    for name, labels in fam.samples:
+        if name.endswith("_bucket"):
+            value: float = h.cumulative(_le(labels))
+        else:
+            value = h.sum if name.endswith("_sum") else h.count
+        out.append(f"{name}{labels.replace(_RECORDED_MODEL, model)} {_fmt(value)}")
+    return out
+
+
+def prometheus_text(view: LoadView, model_name: str, seen: Observed) -> str:
+    """The ``/metrics`` body: SGLang's families in SGLang's order, the emulator's values."""
+    model = f'model_name="{model_name}"'
+    values = _gauges(view)
     lines: list[str] = []
-    for name, doc in _GAUGES:
-        value = view.token_usage if name == "token_usage" else getattr(view, name)
-        lines += [
-            f"# HELP sglang:{name} {doc}",
-            f"# TYPE sglang:{name} gauge",
-            f"sglang:{name}{labels} {_fmt(value)}",
-        ]
-    # The tokenizer manager's counters carry its own labels (TokenizerMetricsCollector), not
-    # the scheduler's: as recorded from SGLang's collectors (tests/fixtures/.../metrics.txt).
-    request_labels = f'{{engine_type="unified",is_streaming="false",model_name="{model_name}"}}'
-    for name, attr, doc in _COUNTERS:
-        where = request_labels if name in _TOKENIZER_SIDE else labels
-        lines += [
-            f"# HELP sglang:{name}_total {doc}",
-            f"# TYPE sglang:{name}_total counter",
-            f"sglang:{name}_total{where} {_fmt(getattr(view, attr))}",
-        ]
+    for fam in seen.catalogue:
+        lines += fam.header
+        if fam.name in _HTTP:
+            lines += _http_samples(fam, seen)
+        elif fam.name in seen.histograms:
+            lines += _histogram_samples(fam, seen.histograms[fam.name], model)
+        else:
+            for name, labels in fam.samples:
+                labels = labels.replace(_RECORDED_MODEL, model).replace(
+                    'pid="1"', f'pid="{os.getpid()}"'
+                )
+                lines.append(f"{name}{labels} {_fmt(values.get(name, 0.0))}")
+    if view.retracted_requests_total:  # SGLang's series exist from the first retraction on
+        labels = "{" + _SCHEDULER_LABELS.format(model=model_name) + "}"
+        for name, attr, doc in _RETRACTION_COUNTERS:
+            lines += [
+                f"# HELP sglang:{name}_total {doc}",
+                f"# TYPE sglang:{name}_total counter",
+                f"sglang:{name}_total{labels} {_fmt(getattr(view, attr))}",
+            ]
     return "\n".join(lines) + "\n"
 
 

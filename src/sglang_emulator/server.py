@@ -31,7 +31,7 @@ from sglang_emulator.fake_model import FakeModel
 from sglang_emulator.faults import FaultInjector, FaultKind, FaultRates, is_exempt
 from sglang_emulator.latency import LatencyModel, SlotPool, Stats
 from sglang_emulator.ledger import Ledger
-from sglang_emulator.metrics import LoadView, loads_json, prometheus_text
+from sglang_emulator.metrics import LoadView, Observed, load_catalogue, loads_json, prometheus_text
 from sglang_emulator.physics import PROFILES
 from sglang_emulator.protocol import (
     ABORTED,
@@ -139,11 +139,14 @@ class Emulator:
         self.totals = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "cached": 0}
         self.startup_time = time.time()
         self.served_model_name: str = args.served_model_name or args.model_path
+        self.observed = Observed(load_catalogue()) if args.enable_metrics else None
 
     # ----- app -----
 
     def build_app(self) -> web.Application:
         middlewares = [self._auth_middleware] if self.args.api_key else []
+        if self.observed is not None:  # SGLang's HTTP request counters (--enable-metrics)
+            middlewares.insert(0, self._http_metrics_middleware)
         app = web.Application(middlewares=middlewares, client_max_size=1 << 30)
         r = app.router
         r.add_post("/generate", self.generate)
@@ -171,6 +174,28 @@ class Emulator:
         if scheme.lower() != "bearer" or token != self.args.api_key:
             return _json({"error": "Unauthorized"}, 401)
         return await handler(request)
+
+    @web.middleware
+    async def _http_metrics_middleware(
+        self, request: web.Request, handler: Handler
+    ) -> web.StreamResponse:
+        """SGLang's ``http_requests_total``/``_active`` and ``http_responses_total``."""
+        assert self.observed is not None
+        key = (request.path, request.method)
+        seen = self.observed
+        seen.requests[key] += 1
+        seen.active[key] += 1
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as err:
+            status = err.status
+            raise
+        finally:
+            seen.active[key] -= 1
+            seen.responses[(*key, status)] += 1
 
     async def not_found(self, request: web.Request) -> web.Response:
         known = {str(res.canonical) for res in request.app.router.resources()}
@@ -315,11 +340,13 @@ class Emulator:
             retracted_requests_total=c.retracted,
             retracted_input_tokens_total=c.retracted_input_tokens,
             retracted_output_tokens_total=c.retracted_output_tokens,
+            idle_s=c.idle_s,
             **common,
         )
 
     async def metrics(self, request: web.Request) -> web.Response:
-        body = prometheus_text(self.load_view(), self.served_model_name)
+        assert self.observed is not None  # the route exists only with --enable-metrics
+        body = prometheus_text(self.load_view(), self.served_model_name, self.observed)
         return web.Response(text=body, content_type="text/plain", charset="utf-8")
 
     async def v1_loads(self, request: web.Request) -> web.Response:
@@ -451,6 +478,8 @@ class Emulator:
         t["prompt_tokens"] += n_in
         t["generation_tokens"] += n_out
         t["cached"] += cached
+        if self.observed is not None:
+            self.observed.finished(n_in, cached, n_out, time.monotonic() - t0)
         if self.ledger is not None:
             self.ledger.write(
                 item.rid, item.digest.hex(), n_in, result.output_ids, result.finish_reason

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conformance import requires_sglang
-from tests.sglang.test_metrics_expositions import SGLANG, families
+from tests.support.exposition import SGLANG, families
 
 requires_sglang()
 pytestmark = pytest.mark.conformance
