@@ -21,11 +21,12 @@ the plain latency model's counters (running, queued), with no KV accounting.
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -119,10 +120,6 @@ class Histogram:
         self.sum += value
         self.count += 1
 
-    def cumulative(self, le: float) -> int:
-        i = bisect.bisect_left(self.bounds, le)
-        return sum(self.counts[: i + 1])
-
 
 # Histograms the emulator observes, per finished request (the tokenizer manager's).
 _OBSERVED = (
@@ -141,21 +138,36 @@ def _le(labels: str) -> float:
     return float(m[1])
 
 
-@dataclass
 class Observed:
-    """What the emulator's HTTP side saw: per-request histograms and HTTP request counts."""
+    """What the emulator's HTTP side saw (per-request histograms, HTTP request counts), and the
+    catalogue rendered once for the served model: the families whose values never move (the
+    features the emulator does not model) are text made at start, the rest per reading."""
 
-    catalogue: list[Family]
-    histograms: dict[str, Histogram] = field(default_factory=dict)
-    active: Counter[tuple[str, str]] = field(default_factory=Counter)
-    requests: Counter[tuple[str, str]] = field(default_factory=Counter)
-    responses: Counter[tuple[str, str, int]] = field(default_factory=Counter)
-
-    def __post_init__(self) -> None:
-        for fam in self.catalogue:
+    def __init__(self, catalogue: list[Family], model_name: str) -> None:
+        self.model_name = model_name
+        self.histograms: dict[str, Histogram] = {}
+        self.active: Counter[tuple[str, str]] = Counter()
+        self.requests: Counter[tuple[str, str]] = Counter()
+        self.responses: Counter[tuple[str, str, int]] = Counter()
+        model = f'model_name="{model_name}"'
+        pid = f'pid="{os.getpid()}"'
+        self.parts: list[str | Family] = []
+        for fam in catalogue:
+            fam = Family(
+                fam.name, fam.kind, fam.header,
+                tuple((n, lab.replace(_RECORDED_MODEL, model).replace('pid="1"', pid))
+                      for n, lab in fam.samples),
+            )  # fmt: skip
             if fam.name in _OBSERVED:
                 bounds = sorted({_le(lab) for n, lab in fam.samples if n.endswith("_bucket")})
                 self.histograms[fam.name] = Histogram(bounds)
+            moves = fam.name in _OBSERVED or fam.name in _HTTP
+            if moves or any(n in _MODELLED for n, _ in fam.samples):
+                self.parts.append(fam)
+            else:
+                self.parts.append(
+                    "\n".join([*fam.header, *(f"{n}{lab} 0.0" for n, lab in fam.samples)])
+                )
 
     def finished(self, prompt: int, cached: int, output: int, latency_s: float) -> None:
         """One /generate answered (non-streaming: the first token reaches the client last)."""
@@ -173,6 +185,16 @@ class Observed:
 
 def _fmt(v: float) -> str:
     return repr(float(v))
+
+
+_MODELLED = frozenset({
+    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput",
+    "sglang:token_usage", "sglang:full_token_usage", "sglang:num_used_tokens",
+    "sglang:kv_used_tokens", "sglang:kv_available_tokens", "sglang:decode_sum_seq_lens",
+    "sglang:new_token_ratio", "sglang:scheduler_idle_seconds_total",
+    "sglang:process_cpu_seconds_total", "sglang:prompt_tokens_total",
+    "sglang:generation_tokens_total", "sglang:num_requests_total",
+})  # fmt: skip
 
 
 def _gauges(view: LoadView) -> dict[str, float]:
@@ -207,36 +229,36 @@ def _http_samples(fam: Family, seen: Observed) -> list[str]:
     return [f'{fam.name}{{endpoint="{e}",method="{m}"}} {_fmt(n)}' for (e, m), n in counts.items()]
 
 
-def _histogram_samples(fam: Family, h: Histogram, model: str) -> list[str]:
+def _histogram_samples(fam: Family, h: Histogram) -> list[str]:
+    """Buckets in the catalogue's order (ascending ``le``), then ``_sum`` and ``_count``."""
+    running = itertools.accumulate(h.counts)
     out = []
     for name, labels in fam.samples:
         if name.endswith("_bucket"):
-            value: float = h.cumulative(_le(labels))
+            value: float = next(running)
         else:
             value = h.sum if name.endswith("_sum") else h.count
-        out.append(f"{name}{labels.replace(_RECORDED_MODEL, model)} {_fmt(value)}")
+        out.append(f"{name}{labels} {_fmt(value)}")
     return out
 
 
-def prometheus_text(view: LoadView, model_name: str, seen: Observed) -> str:
+def prometheus_text(view: LoadView, seen: Observed) -> str:
     """The ``/metrics`` body: SGLang's families in SGLang's order, the emulator's values."""
-    model = f'model_name="{model_name}"'
     values = _gauges(view)
     lines: list[str] = []
-    for fam in seen.catalogue:
-        lines += fam.header
-        if fam.name in _HTTP:
-            lines += _http_samples(fam, seen)
-        elif fam.name in seen.histograms:
-            lines += _histogram_samples(fam, seen.histograms[fam.name], model)
+    for part in seen.parts:
+        if isinstance(part, str):
+            lines.append(part)
+            continue
+        lines += part.header
+        if part.name in _HTTP:
+            lines += _http_samples(part, seen)
+        elif part.name in seen.histograms:
+            lines += _histogram_samples(part, seen.histograms[part.name])
         else:
-            for name, labels in fam.samples:
-                labels = labels.replace(_RECORDED_MODEL, model).replace(
-                    'pid="1"', f'pid="{os.getpid()}"'
-                )
-                lines.append(f"{name}{labels} {_fmt(values.get(name, 0.0))}")
+            lines += [f"{n}{lab} {_fmt(values.get(n, 0.0))}" for n, lab in part.samples]
     if view.retracted_requests_total:  # SGLang's series exist from the first retraction on
-        labels = "{" + _SCHEDULER_LABELS.format(model=model_name) + "}"
+        labels = "{" + _SCHEDULER_LABELS.format(model=seen.model_name) + "}"
         for name, attr, doc in _RETRACTION_COUNTERS:
             lines += [
                 f"# HELP sglang:{name}_total {doc}",

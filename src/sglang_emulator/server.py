@@ -139,7 +139,9 @@ class Emulator:
         self.totals = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "cached": 0}
         self.startup_time = time.time()
         self.served_model_name: str = args.served_model_name or args.model_path
-        self.observed = Observed(load_catalogue()) if args.enable_metrics else None
+        self.observed = (
+            Observed(load_catalogue(), self.served_model_name) if args.enable_metrics else None
+        )
 
     # ----- app -----
 
@@ -346,7 +348,7 @@ class Emulator:
 
     async def metrics(self, request: web.Request) -> web.Response:
         assert self.observed is not None  # the route exists only with --enable-metrics
-        body = prometheus_text(self.load_view(), self.served_model_name, self.observed)
+        body = prometheus_text(self.load_view(), self.observed)
         return web.Response(text=body, content_type="text/plain", charset="utf-8")
 
     async def v1_loads(self, request: web.Request) -> web.Response:
