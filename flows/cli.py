@@ -39,7 +39,8 @@ def run_pipeline(
     overwrite: bool = False,
     fan_out: str | None = None,
 ) -> tuple[bool, dict[str, Any] | str]:
-    """Run the parent flow in this process; return (completed, manifest or one-line reason).
+    """Run the parent flow in this process; return (completed, manifest or one-line reason
+    naming the flow run whose log holds the tracebacks, which the terminal does not show).
 
     With ``fan_out`` (a deployment name), each partition instead runs as a job of that
     deployment on its work pool's workers, and this process only waits and merges. SIGINT or
@@ -54,6 +55,9 @@ def run_pipeline(
     )
 
     _prefect_env()
+    from eagle3_datagen_flows.console import quiet_console_tracebacks
+
+    quiet_console_tracebacks()
     runs: list[Any] = []  # the flow run, once Prefect says how it ended (its hooks)
 
     def seen(flow: Any, flow_run: Any, state: Any) -> None:
@@ -104,7 +108,16 @@ def run_pipeline(
             raise stop from None
         if state.is_completed():
             return True, asyncio.run(state.aresult())
-    return False, _one_line(state.message or state.type.value)
+    return False, _failed(state)
+
+
+def _failed(state: Any) -> str:
+    """A failed run's reason in one line, naming where its tracebacks are."""
+    from eagle3_datagen_flows.prefect_text import failure_reason
+
+    reason = failure_reason(state.message, state.type.value)
+    run_id = state.state_details.flow_run_id
+    return _one_line(f"{reason} (log: prefect flow-run logs {run_id})" if run_id else reason)
 
 
 def _quiet_interrupts(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

@@ -60,12 +60,17 @@ def _free_port() -> int:
 def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
     """Without an API URL in Prefect's settings (environment or profile): Prefect's API
     server, as its temporary one would be (same database), in its own session, for the
-    duration of the block; yields its API URL (None, and nothing started, when one is set)."""
+    duration of the block; yields its API URL (None, and nothing started, when one is set).
+    Either way, logs and events still queued are sent when the block ends, so that nothing
+    Prefect prints at exit comes after the command's own last line."""
     import prefect
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     if PREFECT_API_URL.value():
-        yield None
+        try:
+            yield None
+        finally:
+            _drain()
         return
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -84,11 +89,9 @@ def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
             try:
                 yield api
             finally:
-                # Logs and events still queued go now, while the server is there: otherwise
-                # the workers retry against a stopped server for a minute at exit.
-                from prefect._internal.concurrency.services import QueueService
-
-                QueueService.drain_all(timeout=15)
+                # While the server is there: otherwise the queues' workers retry against a
+                # stopped server for a minute at exit.
+                _drain()
     finally:
         proc.terminate()
         try:
@@ -97,6 +100,13 @@ def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
             proc.kill()
             proc.wait()
     log.unlink(missing_ok=True)  # kept (and named) only when it did not start
+
+
+def _drain() -> None:
+    """Send the logs and events still queued (Prefect's background workers)."""
+    from prefect._internal.concurrency.services import QueueService
+
+    QueueService.drain_all(timeout=15)
 
 
 def _wait_health(api: str, proc: subprocess.Popen[Any], timeout_s: float, log: Path) -> None:

@@ -1,0 +1,46 @@
+"""The terminal of a command-line run: a log record without its traceback.
+
+Prefect logs every failed task and flow with its traceback (a batch that failed is four levels
+deep), to the terminal and to the API alike. A person at a terminal needs what happened, one
+line each, and the run's reason as the last line; the tracebacks stay in the flow run's log on
+the Prefect API (the UI's Logs tab, ``prefect flow-run logs <id>``), which formats each record
+with its own handler before the console sees it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+
+class OneLineFormatter(logging.Formatter):
+    """Another formatter's output without the exception text or stack."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        try:
+            return self.inner.format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
+
+
+def quiet_console_tracebacks() -> None:
+    """Make Prefect's console handlers print no traceback (idempotent); the API
+    handler, which keeps the traceback, is left as it is."""
+    import prefect.main  # noqa: F401  (sets Prefect's logging up; later setups are incremental)
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    loggers = [logging.getLogger(), *(
+        logger for logger in logging.Logger.manager.loggerDict.values()
+        if isinstance(logger, logging.Logger)
+    )]  # fmt: skip
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, PrefectConsoleHandler) and not isinstance(
+                handler.formatter, OneLineFormatter
+            ):
+                handler.setFormatter(OneLineFormatter(handler.formatter or logging.Formatter()))
