@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eagle3_datagen.demo import demo_config
-from eagle3_datagen.sglang.orphans import pid_alive
+from eagle3_datagen.processes import pid_alive
 from tests.support.prefect import PrefectServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

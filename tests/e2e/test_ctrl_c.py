@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from eagle3_datagen.demo import demo_config
-from eagle3_datagen.sglang.orphans import pid_alive
+from eagle3_datagen.processes import pid_alive
 from tests.support import REPO
 from tests.support.prefect import PrefectServer
 from tests.support.servers import wait_gone

@@ -16,14 +16,13 @@ import httpx
 import pytest
 
 from eagle3_datagen.errors import PreflightError, ServerStartupError
+from eagle3_datagen.processes import pid_alive, process_start_time
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.health import wait_until_healthy
 from eagle3_datagen.sglang.launch_command import build_launch_command, resolve_api_key
 from eagle3_datagen.sglang.orphans import (
     ServerRecord,
     kill_recorded,
-    pid_alive,
-    process_start_time,
     reap_orphans,
     write_record,
 )

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from eagle3_datagen.config import ModelSpec, ServerSpec
-from eagle3_datagen.sglang.orphans import pid_alive
+from eagle3_datagen.processes import pid_alive
 from eagle3_datagen.sglang.process import ServerProcess
 from tests.support import TOKENIZER_DIR
 

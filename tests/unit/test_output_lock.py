@@ -110,6 +110,22 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path: Path) -> None:
         assert "night-run-1" in locks.notes[0]
 
 
+def test_lock_of_a_killed_run_not_yet_reaped_is_taken_over(tmp_path: Path) -> None:
+    """A holder killed but not yet waited for (a zombie: its parent, e.g. a worker, has not
+    reaped it) has exited: its lock is stale, though its pid still answers signal 0."""
+    proc = _holder(tmp_path, "a", "run-1")
+    _wait_held(proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    while Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+        time.sleep(0.01)
+    os.kill(proc.pid, 0)  # still signalable: the old check counted it alive
+    try:
+        with PartitionLocks(tmp_path, ["a"], run_id="run-2") as locks:
+            assert f"pid {proc.pid} no longer runs" in locks.notes[0]
+    finally:
+        proc.wait()
+
+
 def _foreign_lock(out: Path, name: str, age_s: float) -> Path:
     path = out / LOCKS_DIR / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle3_datagen.processes import pid_alive, process_start_time, read_stat
+
 _log = logging.getLogger(__name__)
 
 _UNSAFE_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
@@ -30,41 +32,6 @@ DEFAULT_KILL_GRACE_S = 10.0
 
 
 # --------------------------------------------------------------------------- /proc inspection
-
-
-def _read_stat(pid: int) -> list[str] | None:
-    """Fields of ``/proc/<pid>/stat`` after the command name (index 0 is field 3, the state).
-
-    The command name is in parentheses and may itself hold spaces or ')', hence the rpartition.
-    """
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    _, _, rest = raw.rpartition(")")
-    fields = rest.split()
-    return fields if len(fields) >= 20 else None
-
-
-def process_start_time(pid: int) -> int | None:
-    """The kernel start time of ``pid`` in clock ticks since boot; None if there is no such pid."""
-    fields = _read_stat(pid)
-    return int(fields[19]) if fields else None
-
-
-def pid_alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie (a zombie has exited; only its entry is left)."""
-    fields = _read_stat(pid)
-    if fields is not None:
-        return fields[0] not in ("Z", "X")
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # No /proc (not Linux): cannot tell zombies apart; assume alive when signalable.
-    return not Path("/proc/self/stat").exists()
 
 
 def same_process(pid: int, start_time: int | None) -> bool:
@@ -89,7 +56,7 @@ def group_members(pgid: int) -> list[int]:
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
-        fields = _read_stat(int(entry.name))
+        fields = read_stat(int(entry.name))
         if fields and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
             members.append(int(entry.name))
     return members

@@ -30,11 +30,11 @@ from typing import IO, Self
 
 from eagle3_datagen.config import ModelSpec, ServerSpec
 from eagle3_datagen.errors import ServerStartupError
+from eagle3_datagen.processes import process_start_time
 from eagle3_datagen.sglang.launch_command import build_launch_command, format_command
 from eagle3_datagen.sglang.orphans import (
     ServerRecord,
     pidfile_path,
-    process_start_time,
     terminate_group,
     write_record,
 )

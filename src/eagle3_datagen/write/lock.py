@@ -33,6 +33,7 @@ from typing import Any, Self
 import orjson
 
 from eagle3_datagen.errors import OutputLockedError
+from eagle3_datagen.processes import pid_alive, process_start_time
 
 LOCKS_DIR = "_locks"
 DEFAULT_LEASE_S = 120.0
@@ -41,24 +42,9 @@ _TAKEOVER_STALE_S = 30.0
 
 
 def _proc_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a reused pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 22; the command name (field 2) may contain spaces, so count after its ')'.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """The process's start time (clock ticks since boot, Linux), to tell a reused pid."""
+    start = process_start_time(pid)
+    return None if start is None else str(start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +95,7 @@ def stale_reason(holder: Holder | None, mtime: float, lease_s: float) -> str | N
     """Why the lock's holder is gone, or None while it may still be running."""
     age = time.time() - mtime
     if holder is not None and holder.host == socket.gethostname():
-        if not _pid_alive(holder.pid):
+        if not pid_alive(holder.pid):
             return f"pid {holder.pid} no longer runs on {holder.host}"
         start = _proc_start(holder.pid)
         if holder.pid_start and start and start != holder.pid_start:
