@@ -1,4 +1,5 @@
-"""The batch runner on its own (no Prefect): prompts too long for the context, server 400s."""
+"""The batch runner on its own (no Prefect): prompts too long for the context, server 400s, the
+order a batch sends its requests in."""
 
 from __future__ import annotations
 
@@ -10,10 +11,16 @@ import pyarrow.parquet as pq
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import TOKENIZER_DIR
+from eagle3_datagen.generate.batch import PartitionRunner
+from eagle3_datagen.inputs.prompts import plan_batches
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.sglang.client import GenerateResult, SGLangClient
+from eagle3_datagen.write.shards import PartitionOutput
 from tests.support.pipeline import run_batches
 
 
-def make(tmp_path: Path, texts: list[str]) -> PipelineConfig:
+def make(tmp_path: Path, texts: list[str], concurrency: int = 4) -> PipelineConfig:
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps({"id": f"r{i}", "messages": [
@@ -21,7 +28,7 @@ def make(tmp_path: Path, texts: list[str]) -> PipelineConfig:
     return PipelineConfig.model_validate(
         {
             "model": {"path": str(TOKENIZER_DIR)},
-            "tiers": [{"name": "T", "concurrency": 4, "max_tokens": 64}],
+            "tiers": [{"name": "T", "concurrency": concurrency, "max_tokens": 64}],
             "partitions": [{"name": "p", "input": str(path), "tier": "T"}],
             "output_dir": str(tmp_path / "out"),
             "batch_size": 10,
@@ -54,3 +61,39 @@ async def test_too_long_prompts_are_rejected_locally_or_by_the_server(
     remote = got["rejects"]["r1"]
     assert remote["stage"] == "server" and remote["reason_code"] == "server_rejected"
     assert "HTTP 400" in remote["reason"] and "context length" in remote["reason"]
+
+
+class _SendOrder(SGLangClient):
+    """The real client, noting the prompt length of each request as it is sent."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.sent: list[int] = []
+
+    async def generate(
+        self, input_ids: list[int], sampling_params: dict[str, Any], rid: str
+    ) -> GenerateResult:
+        self.sent.append(len(input_ids))
+        return await super().generate(input_ids, sampling_params, rid)
+
+
+async def test_a_batch_sends_its_longest_prompts_first(
+    tmp_path: Path, emulator_factory: Any
+) -> None:
+    """Longest first within a batch: with one slot, the requests reach the server in order of
+    prompt length, longest first, not in line order; every line still gets its record."""
+    emu = emulator_factory().wait_ready()
+    words = [3, 40, 10, 80, 10, 1, 25]
+    config = make(tmp_path, [" ".join(["word"] * n) for n in words], concurrency=1)
+    tok = ChatTokenizer(str(TOKENIZER_DIR), render=config.model.render)
+    out = PartitionOutput(config.output_dir, "p")
+    async with _SendOrder(emu.url) as client:
+        runner = PartitionRunner(config=config, partition="p", tokenizer=tok,
+                                 ids=TokenIds.resolve(tok, config.special_tokens),
+                                 client=client, output=out)  # fmt: skip
+        for spec in plan_batches("p", config.partition("p").input, config.batch_size):
+            await runner.run_batch(spec)
+    lengths = {r["id"]: r["prompt_tokens"] for r in pq.read_table(out.shard_paths()).to_pylist()}
+    in_line_order = [lengths[f"r{i}"] for i in range(len(words))]
+    assert client.sent == sorted(in_line_order, reverse=True)
+    assert client.sent != in_line_order

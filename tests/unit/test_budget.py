@@ -142,3 +142,60 @@ async def test_places_follow_kv_tokens_not_request_counts() -> None:
     assert budget.by_share == {"LONG": 1, "SHORT": 64}
     gate.set()
     await asyncio.gather(*tasks)
+
+
+
+async def test_longest_first_gives_places_to_the_longest_share_first() -> None:
+    """Longest first (a run with auto tiers): a freed place goes to the share whose head is
+    expected to hold the most KV tokens; the tier that is left takes the places the others no
+    longer need; within a share the order stays FIFO. The fair order would have started
+    SHORT's requests first (they arrived first) and given LONG one place in 17."""
+    budget = ServerBudget(adaptive=["SHORT", "LONG"], longest_first=True)
+    budget.set_adaptive_limit(0)  # everyone queues first
+    gate = asyncio.Event()
+    started: list[tuple[str, int]] = []
+
+    async def one(share: str, tokens: int) -> None:
+        async with budget.reserve(tokens, share):
+            started.append((share, tokens))
+            await gate.wait()
+
+    short = [1_000 + p for p in (10, 300, 20, 200)]  # max_tokens 1,000 + prompt lengths
+    long = [16_000 + p for p in (50, 900, 400)]
+    tasks = [asyncio.create_task(one("SHORT", t)) for t in short]
+    await asyncio.sleep(0.01)
+    tasks += [asyncio.create_task(one("LONG", t)) for t in long]
+    await asyncio.sleep(0.01)
+    budget.set_adaptive_limit(5)
+    await asyncio.sleep(0.01)
+    assert started == [("LONG", 16_050), ("LONG", 16_900), ("LONG", 16_400),
+                       ("SHORT", 1_010), ("SHORT", 1_300)]  # fmt: skip
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert started[5:] == [("SHORT", 1_020), ("SHORT", 1_200)]
+    assert budget.requests == 0 and budget.waiting == 0
+
+
+async def test_longest_first_weighs_a_share_by_what_its_requests_really_hold() -> None:
+    """A share whose outputs stop far short of max_tokens (observed fill) is expected to run
+    shorter than its reservation says: a share that fills more of less goes first."""
+    budget = ServerBudget(max_requests=1, longest_first=True)
+    for _ in range(200):  # BIG's requests hold a tenth of the 10,000 tokens they reserve
+        budget.observe("BIG", 10_000, 1_000)
+    gate = asyncio.Event()
+    started: list[str] = []
+
+    async def one(share: str, tokens: int) -> None:
+        async with budget.reserve(tokens, share):
+            started.append(share)
+            await gate.wait()
+
+    budget.set_max_requests(0)
+    tasks = [asyncio.create_task(one("BIG", 10_000)), asyncio.create_task(one("MID", 3_000))]
+    await asyncio.sleep(0.01)
+    budget.set_max_requests(1)
+    await asyncio.sleep(0.01)
+    assert started == ["MID"]  # expected 3,000 held against BIG's ~1,000
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert started == ["MID", "BIG"]

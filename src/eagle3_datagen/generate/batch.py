@@ -228,6 +228,11 @@ class PartitionRunner:
 
         If one request fails for good, the others are cancelled and the batch fails; what
         finished stays in the journal for the retry.
+
+        Longest first: the conversations queue for the tier's slots (and the server budget) in
+        order of their prompt length, longest first: the one length known before the answer
+        (a longer prompt holds more KV and costs more per output token), so the batch ends
+        with its cheapest requests. Outcomes come back in line order.
         """
         samples = self.partition.samples
         left = {prompt.line: samples for prompt, _ in jobs}
@@ -239,9 +244,15 @@ class PartitionRunner:
                 self.progress.line_done(index)
             return outcome
 
+        # sorted() is stable: prompts of one length keep their line order.
+        order = sorted(range(len(jobs)), key=lambda j: -len(jobs[j][1]))
+        tasks: list[asyncio.Task[_Outcome] | None] = [None] * (len(jobs) * samples)
         try:
             async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(one(p, ids, n)) for p, ids in jobs for n in range(samples)]
+                for j in order:
+                    prompt, ids = jobs[j]
+                    for n in range(samples):
+                        tasks[j * samples + n] = tg.create_task(one(prompt, ids, n))
         except BaseExceptionGroup as group:
             failed = [e for e in group.exceptions if isinstance(e, BatchFailed)]
             if failed:
@@ -251,7 +262,7 @@ class PartitionRunner:
             if ours:  # e.g. the journal could not be written: a full disk
                 raise ours[0] from None
             raise
-        return [t.result() for t in tasks]
+        return [t.result() for t in tasks if t is not None]
 
     def _record_id(self, prompt: Prompt, turn: int, sample: int) -> str:
         return record_id(

@@ -12,6 +12,18 @@ really held (prompt + output, :meth:`observe`), so a tier whose outputs stop far
 max_tokens is not held back for room it never uses. Within a share the queue is FIFO, so a big
 request at the head is never starved by a stream of small ones.
 
+``longest_first`` (a run with ``concurrency: auto`` tiers, ``sglang/session.py``) picks the
+share for makespan instead: a freed place goes to the share whose head request is expected to
+run longest, i.e. to hold the most KV tokens (its reservation, prompt + max_tokens, times the
+share's observed fill: what its outputs really reach), and a share with nothing waiting leaves
+its places to the others. Why: a request's decode takes as many server steps as it has output
+tokens, so the long ones that start last set the drain at the end of a run; started first, the
+long tier's outputs decode while the shorter tiers fill the server around them, and the tier
+that is left takes the capacity the others free (``benchmarks/makespan.py``, figure (f)).
+Within a share the order stays FIFO: the batch runner sends each batch's longest prompts first
+(``generate/batch.py``), and batches keep finishing in order, so a partition's window of
+batches keeps flowing.
+
 Two request limits: ``max_requests``, the user's ``server.max_requests_in_flight``, a ceiling
 nothing exceeds; and ``adaptive_limit``, which ``concurrency: auto``'s controller
 (``sglang/concurrency.py``) moves while the run goes. The adaptive limit counts every request
@@ -39,12 +51,15 @@ class ServerBudget:
         max_requests: int | None = None,
         max_tokens: int | None = None,
         adaptive: Iterable[str] | None = None,
+        *,
+        longest_first: bool = False,
     ) -> None:
         self.max_requests = max_requests
         self.max_tokens = max_tokens
         # The shares the adaptive limit holds back (None: every share).
         self.adaptive = None if adaptive is None else frozenset(adaptive)
         self.adaptive_limit: int | None = None
+        self.longest_first = longest_first
         self.requests = 0
         self.tokens = 0
         self.peak_requests = 0
@@ -116,12 +131,17 @@ class ServerBudget:
         return weight
 
     def _next_share(self, skip_adaptive: bool) -> str | None:
-        """The share whose head goes next: fewest KV tokens in flight, then the oldest head."""
+        """The share whose head goes next: fewest KV tokens in flight, then the oldest head; or,
+        longest first, the head expected to hold the most KV tokens, then the oldest."""
         best: tuple[float, int] | None = None
         pick = None
         for share, queue in self._queues.items():
             if queue and not (skip_adaptive and self._steered(share)):
-                key = (self.weight_by_share.get(share, 0.0), queue[0][1])
+                tokens, seq, _ = queue[0]
+                if self.longest_first:
+                    key = (-tokens * self.fill.get(share, 1.0), seq)
+                else:
+                    key = (self.weight_by_share.get(share, 0.0), seq)
                 if best is None or key < best:
                     best, pick = key, share
         return pick

@@ -167,8 +167,13 @@ async def open_server(
         name=f"server {url}" if len(urls) == 1 else f"every server of the pool ({', '.join(urls)})",
     )
     steered = [p.name for p in config.partitions if config.tier(p.tier).is_auto]
+    # With auto tiers the controller keeps the server full, so the order requests start in
+    # decides the makespan: longest first (sglang/budget.py).
     budget = ServerBudget(
-        server.max_requests_in_flight, server.max_tokens_in_flight, adaptive=steered
+        server.max_requests_in_flight,
+        server.max_tokens_in_flight,
+        adaptive=steered,
+        longest_first=bool(steered),
     )
     controller = (
         ConcurrencyController(
