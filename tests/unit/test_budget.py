@@ -144,7 +144,6 @@ async def test_places_follow_kv_tokens_not_request_counts() -> None:
     await asyncio.gather(*tasks)
 
 
-
 async def test_longest_first_gives_places_to_the_longest_share_first() -> None:
     """Longest first (a run with auto tiers): a freed place goes to the share whose head is
     expected to hold the most KV tokens; the tier that is left takes the places the others no
