@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -229,11 +231,42 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _prefect_api() -> Iterator[str]:
+    """The Prefect API a command reads: PREFECT_API_URL's, or else Prefect's local database
+    (where runs started without PREFECT_API_URL are) through the temporary server; yields what
+    to call it. An API that cannot be reached, or no local database, is one line."""
+    import httpx
+    from prefect.settings import PREFECT_API_URL
+
+    from eagle3_datagen_flows.interrupt import local_database, temporary_prefect_server
+
+    _prefect_env()
+    url = PREFECT_API_URL.value()
+    where = f"the Prefect API at {url}"
+    if not url:
+        database = local_database()
+        if database is not None and not database.exists():
+            raise ConfigError(
+                f"nothing to read: PREFECT_API_URL is not set and Prefect's local database "
+                f"{database} does not exist (no run without PREFECT_API_URL was made here)"
+            )
+        where = f"Prefect's local database {database} (PREFECT_API_URL is not set)"
+    try:
+        with temporary_prefect_server():
+            yield where
+    except httpx.TransportError as err:
+        raise ConfigError(
+            f"cannot reach {where}: {err or type(err).__name__}; is the server running?"
+        ) from None
+
+
 def cmd_failures(args: argparse.Namespace) -> int:
-    """A run's failed batches from the Prefect API (PREFECT_API_URL)."""
+    """A run's failed batches from the Prefect API (PREFECT_API_URL, or the local database)."""
     from eagle3_datagen_flows.ops import failed_batches, failures_text
 
-    run, rows = asyncio.run(failed_batches(args.flow_run))
+    with _prefect_api() as where:
+        run, rows = asyncio.run(failed_batches(args.flow_run, where))
     print(failures_text(run, rows))
     return 0
 
@@ -242,7 +275,11 @@ def cmd_alarm_install(args: argparse.Namespace) -> int:
     """The shipped automations (throughput low, run failed) with a named notification block."""
     from eagle3_datagen_flows.ops import ALARM_FILES, install_alarms
 
-    print(asyncio.run(install_alarms(args.block, [Path(args.file)] if args.file else ALARM_FILES)))
+    with _prefect_api():
+        done = asyncio.run(
+            install_alarms(args.block, [Path(args.file)] if args.file else ALARM_FILES)
+        )
+    print(done)
     return 0
 
 

@@ -102,6 +102,16 @@ def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
     log.unlink(missing_ok=True)  # kept (and named) only when it did not start
 
 
+def local_database() -> Path | None:
+    """The SQLite file that Prefect's temporary server uses (None when it is not SQLite)."""
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().server.database.connection_url
+    text = url.get_secret_value() if url is not None else ""
+    scheme, _, path = text.partition(":///")
+    return Path(path) if scheme.startswith("sqlite") and path else None
+
+
 def _drain() -> None:
     """Send the logs and events still queued (Prefect's background workers)."""
     from prefect._internal.concurrency.services import QueueService

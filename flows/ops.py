@@ -49,7 +49,7 @@ ALARM_FILE = Path(str(resources.files("eagle3_datagen_flows") / "automations/thr
 ALARM_FILES = [ALARM_FILE, ALARM_FILE.with_name("run-failed.yaml")]
 
 
-async def _find_run(client: PrefectClient, ref: str | None) -> FlowRun:
+async def _find_run(client: PrefectClient, ref: str | None, where: str) -> FlowRun:
     """A flow run by id or name; without one, the latest top-level run of the pipeline."""
     if ref:
         try:
@@ -60,7 +60,7 @@ async def _find_run(client: PrefectClient, ref: str | None) -> FlowRun:
             flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[ref])), limit=2
         )
         if not runs:
-            raise ConfigError(f"no flow run with id or name {ref!r}")
+            raise ConfigError(f"no flow run with id or name {ref!r} in {where}")
         return runs[0]
     runs = await client.read_flow_runs(
         flow_filter=FlowFilter(name=FlowFilterName(any_=PARENT_FLOWS)),
@@ -71,7 +71,7 @@ async def _find_run(client: PrefectClient, ref: str | None) -> FlowRun:
         limit=1,
     )
     if not runs:
-        raise ConfigError("no eagle3-datagen flow run on this Prefect server")
+        raise ConfigError(f"no eagle3-datagen flow run in {where}: nothing to read")
     return runs[0]
 
 
@@ -89,11 +89,14 @@ async def _descendants(client: PrefectClient, run: FlowRun) -> list[FlowRun]:
     return found
 
 
-async def failed_batches(ref: str | None) -> tuple[FlowRun, list[dict[str, Any]]]:
+async def failed_batches(
+    ref: str | None, where: str = "this Prefect server"
+) -> tuple[FlowRun, list[dict[str, Any]]]:
     """The run and its failed batches: rows of the failed-batches tables, then any failed
-    batch task whose partition wrote no table (``cause`` from the task run's state message)."""
+    batch task whose partition wrote no table (``cause`` from the task run's state message);
+    ``where`` names the API in the error when there is no such run."""
     async with get_client() as client:
-        run = await _find_run(client, ref)
+        run = await _find_run(client, ref, where)
         runs = await _descendants(client, run)
         ids = [r.id for r in runs]
         artifacts = await client.read_artifacts(

@@ -1,5 +1,6 @@
-"""What a person at the terminal sees when a run fails: one line per event, the run's reason
-as the last line, no traceback; the tracebacks are in the flow run's log on the Prefect API.
+"""What a person at the terminal sees when batches fail: one line per retry and failure, the
+run's reason as the last line, no traceback; the tracebacks are in the flow run's log on the
+Prefect API (a run that fails before its server: ``test_local_prefect.py``).
 
 The CLI runs as a child process against Prefect's real local backend; the failing server is a
 real emulator process that answers every /generate with HTTP 500.
@@ -62,21 +63,6 @@ def _log_id(last_line: str) -> str:
     found = re.search(r"\(log: prefect flow-run logs ([0-9a-f-]{36})\)$", last_line)
     assert found, last_line
     return found.group(1)
-
-
-def test_missing_prompts_file_reads_as_one_line(tmp_path: Path) -> None:
-    config = demo_config(tmp_path / "out").model_dump(mode="json")
-    config["partitions"][0]["input"] = str(tmp_path / "missing.jsonl")
-    status, lines = _run(tmp_path, config)
-    assert status == 1, lines
-    assert not [line for line in lines if "Traceback" in line or line.startswith("  File ")]
-    assert lines[-1].startswith(
-        f"eagle3-datagen: run failed: {tmp_path / 'missing.jsonl'}: input file not found for "
-        f"partition '{config['partitions'][0]['name']}' (log: prefect flow-run logs "
-    ), lines[-3:]
-    # The traceback is not lost: it is in the flow run's log on the API, as the line says.
-    logs = asyncio.run(_logs(_log_id(lines[-1])))
-    assert any("Traceback" in m and "InputFileError" in m for m in logs), logs
 
 
 def test_failed_batches_read_as_one_line_each(tmp_path: Path) -> None:

@@ -1,0 +1,76 @@
+"""The commands without PREFECT_API_URL (Prefect's local database, as a first run on a laptop
+leaves it) and with a Prefect API that is down: each answer is one line, never a traceback.
+
+Real child processes of the CLI, each with its own ``PREFECT_HOME``; the local database is the
+one a real run left there.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from eagle3_datagen.demo import demo_config
+from tests.support import free_port
+
+pytestmark = pytest.mark.slow
+
+
+def _cli(home: Path, *args: str, api: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    if api:
+        env["PREFECT_API_URL"] = api
+    cmd = [sys.executable, "-m", "eagle3_datagen_flows.cli", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+
+
+@pytest.mark.timeout(600)  # two starts of Prefect's temporary server, one migrating a new database
+def test_failures_reads_the_local_database_a_run_left(tmp_path: Path) -> None:
+    home = tmp_path / "prefect-home"
+    # Nothing there yet: one line that says so, and no server started for it.
+    empty = _cli(home, "failures")
+    assert empty.returncode == 2, empty.stderr
+    assert empty.stderr.strip() == (
+        f"eagle3-datagen: nothing to read: PREFECT_API_URL is not set and Prefect's local "
+        f"database {home / 'prefect.db'} does not exist (no run without PREFECT_API_URL was made "
+        "here)"
+    )
+    # A run without PREFECT_API_URL records into that database ...
+    config = demo_config(tmp_path / "out").model_dump(mode="json")
+    config["partitions"][0]["input"] = str(tmp_path / "missing.jsonl")
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    run = _cli(home, "run", str(tmp_path / "run.yaml"))
+    assert run.returncode == 1, run.stderr[-3000:]
+    # The terminal: no traceback; the last line is the reason and where the tracebacks are.
+    lines = run.stderr.splitlines()
+    assert not [line for line in lines if "Traceback" in line or line.startswith("  File ")]
+    assert lines[-1].startswith(
+        f"eagle3-datagen: run failed: {tmp_path / 'missing.jsonl'}: input file not found for "
+        "partition 'demo_short' (log: prefect flow-run logs "
+    ), lines[-3:]
+    # ... and `failures` reads it back: the run, its reason; no traceback, no "database is
+    # locked" (Prefect's telemetry on the same database).
+    out = _cli(home, "failures")
+    assert out.returncode == 0, out.stderr[-3000:]
+    head = out.stdout.splitlines()[0]
+    assert head.endswith(
+        f"FAILED: {tmp_path / 'missing.jsonl'}: input file not found for partition 'demo_short'"
+    ), out.stdout
+    assert "Traceback" not in out.stderr and "database is locked" not in out.stderr, out.stderr
+
+
+def test_a_prefect_api_that_is_down_is_one_line(tmp_path: Path) -> None:
+    api = f"http://127.0.0.1:{free_port()}/api"  # nothing listens there
+    for args in (("alarm", "install", "--block", "eagle3-alerts"), ("failures",)):
+        out = _cli(tmp_path, *args, api=api)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.strip() == (
+            f"eagle3-datagen: cannot reach the Prefect API at {api}: All connection attempts "
+            "failed; is the server running?"
+        ), out.stderr
