@@ -52,6 +52,22 @@ ADDITIONAL_SPECIAL = [
 ]  # fmt: skip
 
 
+# The image processor's settings (docs/images.md), small enough for the stand-in's context.
+PROCESSOR_CONFIG = {
+    "_comment": "Kimi-K2.5's image processor settings, shrunk for the stand-in (the real "
+    "model's media_proc_cfg has larger limits); SGLang reads patch_size, merge_kernel_size, "
+    "in_patch_limit, patch_limit_on_one_side, fixed_output_tokens. See docs/images.md.",
+    "media_proc_cfg": {
+        "patch_size": 14,
+        "merge_kernel_size": 2,
+        "in_patch_limit": 256,
+        "patch_limit_on_one_side": 24,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    },
+}
+
+
 def special_token_ids() -> dict[int, str]:
     """Kimi-K2.5's special block: the named tokens at their real ids, reserved names elsewhere."""
     named = [t for t in SPECIAL_TOKENS if t not in ("[UNK]", "[PAD]")]
@@ -132,12 +148,14 @@ def build(out_dir: Path = OUT_DIR) -> None:
         "bos_token_id": ids["[BOS]"],
         "eos_token_id": ids["[EOS]"],
         "pad_token_id": ids["[PAD]"],
+        "media_placeholder_token_id": ids["<|media_pad|>"],
         "vocab_size": VOCAB_END,
         "max_position_embeddings": 262144,
         "_comment": "Tiny stand-in for Kimi-K2.5's tiktoken tokenizer; no weights. "
         "See scripts/build_kimi_tiktoken_tokenizer.py.",
     }
     (out_dir / "config.json").write_text(json.dumps(model_config, indent=2) + "\n")
+    (out_dir / "preprocessor_config.json").write_text(json.dumps(PROCESSOR_CONFIG, indent=2) + "\n")
     generation_config = {"eos_token_id": [ids["<|im_end|>"], ids["[EOS]"]]}
     (out_dir / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
     print(f"wrote {out_dir} ({len(ranks)} ranks, <think>={ids['<think>']})")

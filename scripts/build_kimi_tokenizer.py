@@ -143,6 +143,22 @@ Hmm, wait. Actually, let me reconsider. So the final answer is: yes. I think tha
 """
 
 
+# The image processor's settings (docs/images.md), small enough for the stand-in's context.
+PROCESSOR_CONFIG = {
+    "_comment": "Kimi-K2.5's image processor settings, shrunk for the stand-in (the real "
+    "model's media_proc_cfg has larger limits); SGLang reads patch_size, merge_kernel_size, "
+    "in_patch_limit, patch_limit_on_one_side, fixed_output_tokens. See docs/images.md.",
+    "media_proc_cfg": {
+        "patch_size": 14,
+        "merge_kernel_size": 2,
+        "in_patch_limit": 256,
+        "patch_limit_on_one_side": 24,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    },
+}
+
+
 def build() -> None:
     tokenizer = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -186,12 +202,14 @@ def build() -> None:
         "bos_token_id": ids["[BOS]"],
         "eos_token_id": ids["[EOS]"],
         "pad_token_id": ids["[PAD]"],
+        "media_placeholder_token_id": ids["<|media_pad|>"],
         "vocab_size": tokenizer.get_vocab_size(),
         "max_position_embeddings": 262144,
         "_comment": "Tiny stand-in for Kimi-K2.5's tokenizer; no weights. "
         "See scripts/build_kimi_tokenizer.py.",
     }
     (OUT_DIR / "config.json").write_text(json.dumps(model_config, indent=2) + "\n")
+    (OUT_DIR / "preprocessor_config.json").write_text(json.dumps(PROCESSOR_CONFIG, indent=2) + "\n")
     generation_config = {"eos_token_id": [ids["<|im_end|>"], ids["[EOS]"]]}
     (OUT_DIR / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
     print(f"wrote {OUT_DIR} (vocab {tokenizer.get_vocab_size()}, <think>={ids['<think>']})")

@@ -15,6 +15,7 @@ from sglang_emulator.errors import (
     pydantic_error,
 )
 from sglang_emulator.fake_model import FakeModel
+from sglang_emulator.images import KimiImages, process
 from sglang_emulator.sampling import Sampling, check_sampling_contract, resolve_cached
 from sglang_emulator.vocab import Vocab
 
@@ -120,6 +121,7 @@ def parse_generate(
     limits: Limits,
     default_seed: int,
     inflight: dict[str, Any] | set[str],
+    media: KimiImages | None = None,
 ) -> Item:
     """Validate a single-prompt ``/generate`` body (``input_ids`` + ``sampling_params`` +
     ``rid``) in SGLang's order, raising ``ApiError`` with SGLang's body for each failure."""
@@ -140,6 +142,10 @@ def parse_generate(
     if isinstance(ids[0], list):
         raise unsupported("A list of input_ids lists (batch request)")
     prompt, packed = _check_ids(ids, limits.vocab_size)
+    # SGLang tokenizes (expands the images) before its length checks, which see the expansion.
+    prompt, images = process(prompt, body.get("image_data"), media)
+    if images:
+        packed = _pack_checked(prompt)
     if sp.get("n") not in (None, 1):
         raise unsupported("n > 1 (parallel sampling)")
     if sp.get("stop") or sp.get("stop_regex"):
@@ -178,7 +184,8 @@ def parse_generate(
     requested = sampling.max_new_tokens if sampling.max_new_tokens is not None else 1 << 30
     max_new = max(0, min(requested, limits.max_req_len - n_in - 1))
     seed = sampling.sampling_seed if sampling.sampling_seed is not None else default_seed
-    return Item(rid, prompt, packed, hashlib.sha256(packed).digest(), sampling, seed, max_new)
+    digest = hashlib.sha256(packed + images).digest()
+    return Item(rid, prompt, packed, digest, sampling, seed, max_new)
 
 
 @dataclass(slots=True)

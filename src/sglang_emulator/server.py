@@ -29,6 +29,7 @@ from sglang_emulator.errors import (
 )
 from sglang_emulator.fake_model import FakeModel
 from sglang_emulator.faults import FaultInjector, FaultKind, FaultRates, is_exempt
+from sglang_emulator.images import KimiImages
 from sglang_emulator.latency import LatencyModel, SlotPool, Stats
 from sglang_emulator.ledger import Ledger
 from sglang_emulator.metrics import LoadView, Observed, load_catalogue, loads_json, prometheus_text
@@ -138,6 +139,8 @@ class Emulator:
         self.prefix_cache: OrderedDict[bytes, None] = OrderedDict()
         self.totals = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "cached": 0}
         self.startup_time = time.time()
+        # Kimi-K2.5's image processor settings, when the model directory has them (images.py).
+        self.media = KimiImages.load(Path(args.model_path).expanduser())
         self.served_model_name: str = args.served_model_name or args.model_path
         self.observed = (
             Observed(load_catalogue(), self.served_model_name) if args.enable_metrics else None
@@ -411,7 +414,7 @@ class Emulator:
             )
             os._exit(1)
         try:
-            item = parse_generate(body, self.limits, self.seed, self.inflight)
+            item = parse_generate(body, self.limits, self.seed, self.inflight, self.media)
         except ApiError as e:
             self.stats.errors_4xx += 1
             return _error(e)

@@ -14,6 +14,7 @@ import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from eagle3_datagen.config import PipelineConfig, Tier
@@ -36,6 +37,7 @@ from eagle3_datagen.generate.conversation import (
     served_turn,
     tool_call_divergence,
 )
+from eagle3_datagen.generate.media import TurnImages, turn_images
 from eagle3_datagen.generate.offload import JournalWriter, off_loop
 from eagle3_datagen.generate.plan import PartitionPlan
 from eagle3_datagen.inputs.prompts import BatchSpec, InputReject, Prompt, parse_prompt, read_batch
@@ -175,8 +177,9 @@ class PartitionRunner:
         or a reject, and what earlier attempts left (the journal, superseded results)."""
         rejects: list[Reject] = []
         prompts: list[Prompt] = []
+        image_dir = Path(spec.path).parent  # relative image paths are the input file's
         for line, raw in read_batch(spec):
-            parsed = parse_prompt(raw, line)
+            parsed = parse_prompt(raw, line, image_dir)
             if isinstance(parsed, InputReject):
                 rejects.append(self._input_reject(parsed))
             else:
@@ -193,7 +196,9 @@ class PartitionRunner:
                 rejects.append(self._reject(prompt, "input", "duplicate_id", reason))
             elif isinstance(ids, RenderError):
                 rejects.append(self._reject(prompt, "template", "template_error", ids.reason))
-            elif too_long := self._too_long(len(ids)):
+            elif isinstance(media := self._images(prompt, ids), str):
+                rejects.append(self._reject(prompt, "template", "image_mismatch", media, ids))
+            elif too_long := self._too_long(len(media.expanded if media else ids)):
                 rejects.append(self._reject(prompt, "input", "prompt_too_long", too_long, ids))
             else:
                 jobs.append((prompt, ids))
@@ -297,20 +302,28 @@ class PartitionRunner:
             rec_id = self._record_id(prompt, slot.index, sample)
             at = TurnAt(rec_id, slot.index, sample)
             if pos:
-                turn_prompt = Prompt(rec_id, prompt.line, history, prompt.tools)
+                turn_prompt = Prompt(rec_id, prompt.line, history, prompt.tools, prompt.images)
                 rendered = (await off_loop(offload.render, self.tokenizer, [turn_prompt]))[0]
                 if isinstance(rendered, RenderError):
                     out.end(self._reject(prompt, "template", "template_error", rendered.reason,
                                          at=at))  # fmt: skip
                     break
                 ids = rendered
-                too_long = self._too_long(len(ids))
+                turn_media = self._images(turn_prompt, ids)
+                if isinstance(turn_media, str):
+                    out.end(self._reject(prompt, "template", "image_mismatch", turn_media, ids,
+                                         at=at))  # fmt: skip
+                    break
+                too_long = self._too_long(len(turn_media.expanded if turn_media else ids))
                 if too_long:
                     out.end(self._reject(prompt, "input", "prompt_too_long", too_long, ids,
                                          at=at))  # fmt: skip
                     break
             sampling = self._sampling(rec_id, temperature)
-            record = await self._turn(index, prompt, ids, sampling, earlier, out, at)
+            media = self._images(Prompt(rec_id, prompt.line, history, prompt.tools,
+                                        prompt.images), ids)  # fmt: skip
+            assert not isinstance(media, str)  # checked when the turn was rendered
+            record = await self._turn(index, prompt, ids, sampling, earlier, out, at, media)
             if record is None:
                 break
             out.records.append(record)
@@ -343,10 +356,12 @@ class PartitionRunner:
         earlier: _Earlier,
         out: _Outcome,
         at: TurnAt,
+        media: TurnImages | None = None,
     ) -> Record | None:
         """One turn's record: found in what earlier runs left, or generated and validated.
-        None when the turn was rejected (the reject is in ``out``)."""
-        key = prompt_key(at.id, ids)
+        None when the turn was rejected (the reject is in ``out``). ``media``: the turn's
+        images; the ids the model sees are then ``media.expanded``."""
+        key = prompt_key(at.id, ids, media.digests if media else ())
         found = earlier.find(key)
         if isinstance(found, Record):
             return dataclasses.replace(found, source_line=prompt.line)
@@ -357,15 +372,16 @@ class PartitionRunner:
         result = found
         if result is None:
             suffix = at.id[len(prompt.id) :]
-            result, error = await self._generate(index, prompt, ids, sampling, suffix)
+            result, error = await self._generate(index, prompt, ids, sampling, suffix, media)
             out.sent += 1
             if result is None:
                 out.end(self._reject(prompt, "server", "server_rejected", error or "", ids,
                                      at=at))  # fmt: skip
                 return None
             earlier.add(key, result)
+        seen = media.expanded if media else ids  # what the model saw and the server counted
         verdict = validate_output(
-            ids,
+            seen,
             result.output_ids,
             finish_type=result.finish_type,
             finish_matched=result.finish_matched,
@@ -399,7 +415,7 @@ class PartitionRunner:
             prompt_ids=ids,
             output_ids=result.output_ids,
             finish_reason=result.finish_type,
-            prompt_tokens=len(ids),
+            prompt_tokens=len(seen),
             completion_tokens=len(result.output_ids),
             truncated=verdict.truncated,
             think_end_index=verdict.think_end_index,
@@ -411,7 +427,13 @@ class PartitionRunner:
             turn=at.turn,
             sample=at.sample,
             sampling=sampling_columns(sampling),
+            model_prompt_ids=media.expanded if media else None,
+            images=media.columns() if media else None,
         )
+
+    def _images(self, prompt: Prompt, ids: list[int]) -> TurnImages | str | None:
+        """The turn's images (None for a text prompt), or why they do not fit its ids."""
+        return turn_images(self.tokenizer, prompt, ids) if prompt.images else None
 
     def raise_if_server_lost(self) -> None:
         """A batch must not start once the run has stopped (the server gone for good, or any
@@ -434,6 +456,7 @@ class PartitionRunner:
         prompt_ids: list[int],
         sampling: dict[str, Any],
         suffix: str = "",
+        media: TurnImages | None = None,
     ) -> tuple[GenerateResult | None, str | None]:
         """Send one request with the retry policy; (result, None) or (None, rejection reason).
 
@@ -452,7 +475,8 @@ class PartitionRunner:
                     f"{prompt.line}{suffix}",
                 ),
                 policy=self.config.retries,
-                reserve_tokens=len(prompt_ids) + self.tier.max_tokens,
+                reserve_tokens=len(media.expanded if media else prompt_ids) + self.tier.max_tokens,
+                image_data=media.image_data() if media else None,
                 slots=self.semaphore,
                 supervisor=self.supervisor,
                 budget=self.budget,

@@ -79,7 +79,7 @@ def first_turn(prompt: Prompt, regenerate: str) -> Prompt:
     end = plan_turns(prompt, regenerate)[0].history_end
     if end == len(prompt.messages):
         return prompt
-    return Prompt(prompt.id, prompt.line, prompt.messages[:end], prompt.tools)
+    return Prompt(prompt.id, prompt.line, prompt.messages[:end], prompt.tools, prompt.images)
 
 
 def record_id(base: str, turn: int, sample: int, *, turns: bool, samples: int) -> str:

@@ -3,7 +3,7 @@
 SGLang reads a path or ``file://`` URL on the server's own disk (docs/images.md), so the client
 must read the image itself, send its bytes, and know its size (the token count depends on it).
 A bad image is one line's problem: :class:`BadImage` carries the reason, and the line parser
-turns it into a reject naming file and line. Not wired into the line parser yet (issue #24).
+turns it into a reject naming file and line (``inputs/prompts.py``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import base64
 import binascii
 import hashlib
 import io
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from PIL import Image, UnidentifiedImageError
@@ -22,6 +24,11 @@ from PIL import Image, UnidentifiedImageError
 SUPPORTED_FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 MAX_IMAGE_PIXELS = 50_000_000
+
+
+# Content parts that are an image: OpenAI's ``image_url`` (SGLang's chat path), and ``image`` as
+# Kimi-K2.5's chat template accepts it (the reference under ``image``, ``url`` or ``image_url``).
+IMAGE_PART_TYPES = ("image_url", "image")
 
 
 class BadImage(ValueError):
@@ -88,3 +95,29 @@ def _check_image(data: bytes) -> LoadedImage:
     except (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError) as err:
         raise BadImage(f"unreadable image: {err}") from None
     return LoadedImage(data, hashlib.sha256(data).hexdigest(), width, height, fmt)
+
+
+def part_url(part: dict[str, Any]) -> str | None:
+    """The image reference of an image content part, or None when it has none."""
+    for key in ("image_url", "image", "url"):
+        value = part.get(key)
+        if isinstance(value, dict):
+            value = value.get("url")
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def image_parts(messages: Sequence[Any]) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """``(message index, part index, part)`` of every image part, in prompt order."""
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
+                    yield i, j, part
+
+
+def image_refs(messages: Sequence[Any]) -> list[str]:
+    """The image references of a message list in the order the template meets them."""
+    return [part_url(part) or "" for _, _, part in image_parts(messages)]

@@ -13,13 +13,20 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from eagle3_datagen.errors import InputFileError
+from eagle3_datagen.inputs.images import (
+    BadImage,
+    LoadedImage,
+    image_parts,
+    part_url,
+    read_image_ref,
+)
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 _READ_CHUNK = 1 << 20
@@ -56,6 +63,9 @@ class Prompt:
     line: int
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
+    # The line's images by reference (path, file:// URL or data URI), read and checked; the
+    # request sends them in the order the rendered prompt meets them (docs/images.md).
+    images: dict[str, LoadedImage] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -213,8 +223,13 @@ def _raw_text(raw: bytes | dict[str, Any], limit: int = 65536) -> str:
     return raw[:limit].decode("utf-8", "replace")
 
 
-def parse_prompt(raw: bytes | dict[str, Any], line: int) -> Prompt | InputReject:
-    """Parse one input line; every problem becomes a reject naming the reason."""
+def parse_prompt(
+    raw: bytes | dict[str, Any], line: int, image_dir: Path | None = None
+) -> Prompt | InputReject:
+    """Parse one input line; every problem becomes a reject naming the reason.
+
+    With ``image_dir`` (the input file's folder, for relative paths) every image of the line is
+    read and checked; without it only the parts' shape is (planning reads no image)."""
     if isinstance(raw, dict):
         obj: Any = raw
     else:
@@ -270,7 +285,18 @@ def parse_prompt(raw: bytes | dict[str, Any], line: int) -> Prompt | InputReject
         messages = messages[:-1]  # the reply we regenerate
     if not messages:
         return reject("no messages left after dropping the trailing assistant message")
-    return Prompt(rid_str or content_id(messages, tools or None), line, messages, tools or None)
+    images: dict[str, LoadedImage] = {}
+    for i, j, part in image_parts(messages):
+        url = part_url(part)
+        if url is None:
+            return reject(f"messages[{i}].content[{j}]: image part without a URL")
+        if image_dir is not None and url not in images:
+            try:
+                images[url] = read_image_ref(url, image_dir)
+            except BadImage as err:
+                return reject(f"messages[{i}].content[{j}]: bad image: {err}")
+    prompt_id = rid_str or content_id(messages, tools or None)
+    return Prompt(prompt_id, line, messages, tools or None, images)
 
 
 class DuplicateFinder:

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from eagle3_datagen.errors import TokenizerError
+from eagle3_datagen.inputs.images import image_refs
 from eagle3_datagen.inputs.prompts import Prompt
 from eagle3_datagen.render import sglang_chat
 from eagle3_datagen.render.sglang_chat import RENDER_REFERENCES, RenderReference, SglangChatError
@@ -116,13 +117,32 @@ class ChatTokenizer:
         SGLang's chat path hands it to the template (``sglang_chat``)."""
         if self.reference == "template":
             return self._apply_template(prompt.messages, prompt.tools)
-        template = self.tok.chat_template
-        fmt = sglang_chat.content_format(template if isinstance(template, str) else str(template))
-        messages, tools = sglang_chat.prepare(prompt.messages, prompt.tools, fmt)
+        template = self._template_text()
+        fmt = sglang_chat.content_format(template)
+        messages, tools = sglang_chat.prepare(prompt.messages, prompt.tools, fmt, template)
         try:
             return self._apply_template(messages, tools)
         except Exception:  # SGLang renders once more with unwrapped tools (serving_chat.py:2205)
             return self._apply_template(messages, sglang_chat.flat_tools(tools))
+
+    def _template_text(self) -> str:
+        template = self.tok.chat_template
+        return template if isinstance(template, str) else str(template)
+
+    def image_order(self, prompt: Prompt) -> list[str]:
+        """The line's image references in the order the rendered prompt holds their
+        placeholders: message order, except that SGLang's chat path puts a run of tool results
+        holding images in the order of their calls (``sglang_chat.canonical_tool_order``)."""
+        if not prompt.images:
+            return []
+        messages = prompt.messages
+        if self.reference == "sglang_chat":
+            template = self._template_text()
+            if sglang_chat.content_format(template) != "openai":
+                return []  # SGLang's string format drops image parts
+            if sglang_chat.tool_results_by_call(template):
+                messages = sglang_chat.canonical_tool_order(messages)
+        return image_refs(messages)
 
     def _apply_template(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None

@@ -82,3 +82,40 @@ def expand_image_placeholders(
         else:
             expanded.append(token)
     return expanded
+
+
+@dataclass(frozen=True)
+class KimiMedia:
+    """What the client needs of the model to count and expand images: the processor's rules
+    (``preprocessor_config.json``) and the placeholder id (``config.json``'s
+    ``media_placeholder_token_id``, which SGLang reads; else ``<|media_pad|>``'s id)."""
+
+    rules: KimiImageRules
+    placeholder_id: int
+
+    def expand(self, input_ids: Sequence[int], sizes: Sequence[tuple[int, int]]) -> list[int]:
+        """The ids the model sees for ``input_ids`` with images of ``sizes`` (width, height)."""
+        counts = [image_token_count(w, h, self.rules) for w, h in sizes]
+        return expand_image_placeholders(input_ids, self.placeholder_id, counts)
+
+
+def load_media(model_dir: str, pad_token_id: int | None) -> KimiMedia:
+    """The model directory's image rules; ConfigError when it has none (no image can be
+    counted, so no image prompt can be sent)."""
+    directory = Path(model_dir)
+    processor = directory / "preprocessor_config.json"
+    if not processor.is_file():
+        raise ConfigError(
+            f"{processor} not found: image prompts need the model's processor config "
+            "(media_proc_cfg) to count image tokens"
+        )
+    rules = KimiImageRules.from_processor_config(processor)
+    placeholder = pad_token_id
+    try:
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+        placeholder = int(config["media_placeholder_token_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if placeholder is None:
+        raise ConfigError(f"{directory}: no media_placeholder_token_id and no <|media_pad|>")
+    return KimiMedia(rules, placeholder)

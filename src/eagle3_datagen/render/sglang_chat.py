@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import orjson
 
+from eagle3_datagen.inputs.images import IMAGE_PART_TYPES, part_url
+
 RenderReference = Literal["sglang_chat", "template"]
 RENDER_REFERENCES: tuple[RenderReference, ...] = ("sglang_chat", "template")
 
@@ -40,6 +42,10 @@ _GENERIC_FIELDS = (
 _FUNCTION_FIELDS = ("description", "name", "parameters", "strict", "defer_loading")
 
 
+# MEDIA_URL_PART_TYPES (parser/jinja_template_utils.py:16)
+_MEDIA_URL_PARTS = ("image_url", "input_image", "video_url", "audio_url")
+
+
 class SglangChatError(ValueError):
     """SGLang's chat path would refuse this request (HTTP 400); the message says why."""
 
@@ -48,6 +54,7 @@ def prepare(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     content_format: str,
+    chat_template: str = "",
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """Messages and tools exactly as SGLang passes them to ``apply_chat_template``."""
     if not messages:
@@ -55,6 +62,8 @@ def prepare(
     dumped = [_dump_message(m, i) for i, m in enumerate(messages)]
     for i, message in enumerate(dumped):
         _parse_tool_call_arguments(message, i)  # serving_chat.py:2035-2044
+    if tool_results_by_call(chat_template):
+        dumped = canonical_tool_order(dumped)
     out = [_template_message(m, content_format) for m in dumped]
     out = _last_assistant_to_user(out)
     return out, _request_tools(tools)
@@ -125,9 +134,12 @@ def _dump_content(content: Any, index: int) -> Any:
                     f"message {index}: thinking parts require exactly one of 'thinking' or 'text'"
                 )
             parts.append({"type": kind, "thinking": thinking, "text": text})
+        elif kind in IMAGE_PART_TYPES and part_url(part) is not None:
+            # ``image`` is not an OpenAI part: taken as ``image_url`` (docs/images.md)
+            parts.append({"type": "image_url", "image_url": {"url": part_url(part)}})
         else:
             raise SglangChatError(
-                f"message {index}: content part {kind!r} is not supported (text only)"
+                f"message {index}: content part {kind!r} is not supported (text and images only)"
             )
     return parts
 
@@ -192,7 +204,11 @@ def _template_message(message: dict[str, Any], content_format: str) -> dict[str,
     elif content_format == "openai":
         out = {k: v for k, v in msg.items() if v is not None and k != "content"}
         out["content"] = [
-            {"type": "text", "text": p["text"]} for p in content if p.get("type") == "text"
+            {"type": "image"}
+            if p.get("type") == "image_url"
+            else {"type": "text", "text": p["text"]}
+            for p in content
+            if p.get("type") in ("text", "image_url")
         ]
     else:
         texts = [p["text"] for p in content if p.get("type") == "text"]
@@ -323,6 +339,90 @@ def _normalize_schema_types(schema: Any) -> None:
     for key in _NESTED_ONE:
         if key in schema:
             _normalize_schema_types(schema[key])
+
+
+# -- tool results with images ---------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def tool_results_by_call(chat_template: str) -> bool:
+    """Whether the template may pair tool results with calls by ``tool_call_id``
+    (``jinja_template_may_reorder_tool_results``, parser/jinja_template_utils.py:125-180):
+    SGLang then orders a run of tool results holding media by call position
+    (serving_chat.py:2126-2132). Kimi-K2.5's template reads ``message.tool_call_id``."""
+    from jinja2 import nodes
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    if not chat_template:
+        return False
+    try:
+        ast = _compile_jinja_template(chat_template).environment.parse(chat_template)
+    except Exception:
+        return False
+
+    def is_id(node: Any) -> bool:
+        return isinstance(node, nodes.Const) and node.value == "tool_call_id"
+
+    if any(n.attr == "tool_call_id" for n in ast.find_all(nodes.Getattr)):
+        return True
+    if any(is_id(n.arg) for n in ast.find_all(nodes.Getitem)):
+        return True
+    for call in ast.find_all(nodes.Call):
+        node = call.node
+        if (
+            isinstance(node, nodes.Getattr)
+            and node.attr == "get"
+            and is_id(next(iter(call.args), None))
+        ):
+            return True
+    for flt in ast.find_all(nodes.Filter):
+        if flt.name in ("map", "rejectattr", "selectattr") and (
+            (flt.args and is_id(flt.args[0]))
+            or any(k.key == "attribute" and is_id(k.value) for k in flt.kwargs)
+        ):
+            return True
+    return False
+
+
+def canonical_tool_order(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``_canonicalize_tool_message_order`` (serving_chat.py:892-917): each run of tool results
+    after an assistant's tool calls, when it holds media, in the calls' order."""
+    out: list[dict[str, Any]] = []
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        out.append(message)
+        index += 1
+        calls = message.get("tool_calls") or []
+        if message.get("role") != "assistant" or not calls:
+            continue
+        run = []
+        while index < len(messages) and messages[index].get("role") in ("tool", "function"):
+            run.append(messages[index])
+            index += 1
+        out.extend(_sort_tool_run(run, calls))
+    return out
+
+
+def _sort_tool_run(run: list[dict[str, Any]], calls: list[Any]) -> list[dict[str, Any]]:
+    """``_sort_tool_message_run`` (serving_chat.py:851-890) without ``sort_text_runs``."""
+    if len(run) < 2:
+        return run
+    call_ids = [c.get("id") if isinstance(c, dict) else None for c in calls]
+    if None in call_ids or len(set(call_ids)) != len(call_ids):
+        return run
+    result_ids = [m.get("tool_call_id") for m in run]
+    if any(r not in call_ids for r in result_ids) or len(set(result_ids)) != len(result_ids):
+        return run
+    has_media = any(
+        isinstance(m.get("content"), list)
+        and any(isinstance(p, dict) and p.get("type") in _MEDIA_URL_PARTS for p in m["content"])
+        for m in run
+    )
+    if not has_media:
+        return run
+    position = {call_id: i for i, call_id in enumerate(call_ids)}
+    return sorted(run, key=lambda m: position[m["tool_call_id"]])
 
 
 # -- the template's content format -----------------------------------------------------------

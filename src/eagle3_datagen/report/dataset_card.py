@@ -52,6 +52,10 @@ COLUMNS: dict[str, str] = {
     "sampling_seed (null: none sent), as this request was sent",
     "stop_reason": "why the conversation stopped after this turn "
     "(`tool_call_diverged: ...`, `truncated: ...`, `turn_rejected: ...`), null if it went on",
+    "model_prompt_ids": "image prompts: `prompt_ids` with each image placeholder expanded to "
+    "the image's tokens, the ids the model saw (`prompt_tokens` counts them); null for text",
+    "images": "image prompts: list of struct ref, sha256, width, height, format, tokens, in "
+    "placeholder order (`docs/images.md`); null for text",
 }
 
 

@@ -254,14 +254,21 @@ class SGLangClient(ClosedOnExit):
             raise RetryableRequestError(f"connection error on /generate: {err!r}") from None
 
     async def generate(
-        self, input_ids: list[int], sampling_params: dict[str, Any], rid: str
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        rid: str,
+        image_data: list[str] | None = None,
     ) -> GenerateResult:
-        """Send one prompt as token ids; return the raw output ids and finish reason."""
-        payload = {
+        """Send one prompt as token ids (its images, if any, in ``image_data`` in placeholder
+        order); return the raw output ids and finish reason."""
+        payload: dict[str, Any] = {
             "input_ids": input_ids,
             "sampling_params": sampling_params,
             "rid": rid,
         }
+        if image_data:
+            payload["image_data"] = image_data
         status, body = await self._post_generate(orjson.dumps(payload))
         raise_for_generate_status(status, body)
         try:

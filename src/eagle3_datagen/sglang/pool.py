@@ -71,12 +71,16 @@ class ServerPool(ClosedOnExit):
         return min(rotated, key=lambda m: m.in_flight)
 
     async def generate(
-        self, input_ids: list[int], sampling_params: dict[str, Any], rid: str
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        rid: str,
+        image_data: list[str] | None = None,
     ) -> GenerateResult:
         member = self._pick()
         member.in_flight += 1
         try:
-            result = await member.client.generate(input_ids, sampling_params, rid)
+            result = await member.client.generate(input_ids, sampling_params, rid, image_data)
         except RetryableRequestError as err:
             if err.status is None:
                 member.failures += 1

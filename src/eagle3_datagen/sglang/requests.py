@@ -28,7 +28,11 @@ class GenerateClient(Protocol):
     """What a request needs from a server: one SGLangClient, or a ServerPool of several."""
 
     async def generate(
-        self, input_ids: list[int], sampling_params: dict[str, Any], rid: str
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        rid: str,
+        image_data: list[str] | None = None,
     ) -> GenerateResult: ...
 
 
@@ -51,6 +55,7 @@ async def generate_with_retries(
     budget: ServerBudget | None = None,
     share: str = "",
     on_retry: Callable[[], None] | None = None,
+    image_data: list[str] | None = None,
 ) -> GenerateResult:
     """Send one request until it succeeds; each try's rid is ``rid(attempt)``, or
     ``<rid>:<attempt>`` for a string (SGLang refuses a rid it still holds, so no two tries share
@@ -76,12 +81,14 @@ async def generate_with_retries(
                     else contextlib.nullcontext()
                 ):
                     try_rid = rid(attempt) if callable(rid) else f"{rid}:{attempt}"
-                    request = client.generate(input_ids, sampling, try_rid)
+                    request = client.generate(input_ids, sampling, try_rid, image_data)
                     result = await (
                         supervisor.guard(request) if supervisor is not None else request
                     )
                 if budget is not None:
-                    budget.observe(share, reserve_tokens, len(input_ids) + len(result.output_ids))
+                    sent = result.prompt_tokens if image_data else len(input_ids)  # expanded
+                    used = sent + len(result.output_ids)
+                    budget.observe(share, reserve_tokens, used)
                     budget.retractions_reported += result.num_retractions
         except RetryableRequestError as err:
             if on_retry is not None:

@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import os
 from array import array
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
@@ -31,15 +32,18 @@ from eagle3_datagen.write.shards import write_failed
 _FIELDS = tuple(f.name for f in dataclasses.fields(GenerateResult))
 
 
-def prompt_key(prompt_id: str, prompt_ids: list[int]) -> int:
-    """A 128-bit key of (id, prompt ids): what makes a request the same request.
+def prompt_key(prompt_id: str, prompt_ids: list[int], images: Sequence[str] = ()) -> int:
+    """A 128-bit key of (id, prompt ids, image digests): what makes a request the same request.
 
     The chat template, tokenizer and sampling are the same for every record of an output
-    directory (a rerun under other settings is refused), so these two decide the result.
+    directory (a rerun under other settings is refused), so these decide the result; an image
+    changed under the same path changes its digest, so its request is sent again.
     """
     h = hashlib.blake2b(prompt_id.encode(), digest_size=16)
     h.update(b"\0")
     h.update(array("i", prompt_ids).tobytes())
+    for digest in images:
+        h.update(b"\0" + digest.encode())
     return int.from_bytes(h.digest(), "little")
 
 

@@ -23,6 +23,17 @@ SAMPLING_TYPE = pa.struct(
     ]
 )
 
+IMAGE_TYPE = pa.struct(
+    [
+        pa.field("ref", pa.string()),  # the path or URL as the input gave it; data: its type
+        pa.field("sha256", pa.string()),
+        pa.field("width", pa.int32()),
+        pa.field("height", pa.int32()),
+        pa.field("format", pa.string()),
+        pa.field("tokens", pa.int32()),  # its placeholder's expanded length
+    ]
+)
+
 RECORD_SCHEMA = pa.schema(
     [
         pa.field("id", pa.string(), nullable=False),
@@ -46,6 +57,11 @@ RECORD_SCHEMA = pa.schema(
         pa.field("sample", pa.int32(), nullable=False),
         pa.field("sampling", SAMPLING_TYPE),
         pa.field("stop_reason", pa.string()),
+        # Image prompts (docs/images.md; null for text): the prompt ids with each image
+        # placeholder expanded to the image's tokens, as the model saw them and the server
+        # counted them in prompt_tokens; and the images in placeholder order.
+        pa.field("model_prompt_ids", pa.list_(pa.int32())),
+        pa.field("images", pa.list_(IMAGE_TYPE)),
     ]
 )
 
@@ -88,6 +104,8 @@ class Record:
     sample: int = 0
     sampling: dict[str, Any] | None = None
     stop_reason: str | None = None
+    model_prompt_ids: list[int] | None = None
+    images: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not self.conversation_id:

@@ -78,7 +78,7 @@ class ReusePool:
             records = path.name.startswith("part-")
             for (_, key), data in zip(rows, table.to_pylist(), strict=True):
                 if records:
-                    found[key] = Record(**{n: data[n] for n in RECORD_SCHEMA.names})
+                    found[key] = Record(**{n: data.get(n) for n in RECORD_SCHEMA.names})
                 else:
                     found[key] = Reject(**{n: data[n] for n in REJECT_SCHEMA.names})
         return found
@@ -138,6 +138,9 @@ def build_pool(output: PartitionOutput) -> ReusePool:
             records = path.name.startswith("part-")
             columns = ["id", "prompt_ids"] if records else ["id", "prompt_ids", "stage"]
             try:
+                names = pq.read_schema(path).names
+                if "images" in names:  # shards written before image prompts have none
+                    columns.append("images")
                 table = pq.read_table(path, columns=columns)
             except (OSError, ValueError):
                 continue  # unreadable: those prompts are simply sent again
@@ -146,12 +149,16 @@ def build_pool(output: PartitionOutput) -> ReusePool:
             ids = table.column("id").to_pylist()
             prompts = table.column("prompt_ids").to_pylist()
             stages = table.column("stage").to_pylist() if not records else None
+            images = (
+                table.column("images").to_pylist() if "images" in columns else [None] * len(ids)
+            )
             for row, (pid, prompt_ids) in enumerate(zip(ids, prompts, strict=True)):
                 if pid is None or prompt_ids is None:
                     continue
                 if stages is not None and stages[row] not in _REQUEST_STAGES:
                     continue
-                pool.index.setdefault(prompt_key(pid, prompt_ids), (file_no, row))
+                digests = [image["sha256"] for image in images[row] or []]
+                pool.index.setdefault(prompt_key(pid, prompt_ids, digests), (file_no, row))
     if output.journal_dir.is_dir():
         for path in sorted(output.journal_dir.glob("*.jsonl")):
             pool.journaled.update(BatchJournal(path).load())
