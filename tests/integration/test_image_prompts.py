@@ -23,6 +23,9 @@ import pytest
 from PIL import Image
 
 from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.validate.dataset import check_record
 from tests.support import REPO, TOKENIZER_DIR
 from tests.support.emulator import read_ledger
 from tests.support.pipeline import run_batches
@@ -63,7 +66,7 @@ def _config(tmp_path: Path, prompts: Path, **partition: Any) -> PipelineConfig:
         {
             "model": {"path": str(TOKENIZER_DIR)},
             "sampling": {"seed": 3},
-            "tiers": [{"name": "T", "concurrency": 4, "max_tokens": 256}],
+            "tiers": [{"name": "T", "concurrency": 4, "max_tokens": 1024}],
             "partitions": [{"name": "p", "input": str(prompts), "tier": "T", **partition}],
             "output_dir": str(tmp_path / "out"),
             "batch_size": 8,
@@ -102,7 +105,8 @@ async def test_image_lines_become_records_with_the_ids_the_model_saw(
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     ledger = tmp_path / "ledger.jsonl"
     emu = emulator_factory(ledger=ledger).wait_ready()
-    out = await run_batches(_config(tmp_path, prompts), emu.url)
+    config = _config(tmp_path, prompts)
+    out = await run_batches(config, emu.url)
 
     assert not list(out.rejects_dir.glob("*.parquet"))
     table = pq.read_table(out.shard_paths())
@@ -131,6 +135,14 @@ async def test_image_lines_become_records_with_the_ids_the_model_saw(
     assert text["images"] is None and text["model_prompt_ids"] is None
     assert text["prompt_tokens"] == len(text["prompt_ids"])
     assert table.schema.field("images").type.value_type.field("tokens").type == pa.int32()
+
+    # Reading the dataset back (``validate``) holds image records to the ids the model saw.
+    ids = TokenIds.resolve(ChatTokenizer(str(TOKENIZER_DIR)), config.special_tokens)
+    for rec in records.values():
+        assert check_record(rec, "p", ids, config.validation).accepted, rec["id"]
+    short = {**three, "model_prompt_ids": three["model_prompt_ids"][1:]}
+    assert {c for c, _ in check_record(short, "p", ids, config.validation).reasons} == {
+        "image_tokens", "prompt_token_mismatch"}  # fmt: skip
 
 
 async def test_bad_images_are_rejected_per_line_before_the_server(
@@ -206,7 +218,8 @@ async def test_all_turns_and_samples_on_an_image_conversation(
     else:
         pq.write_table(pa.Table.from_pylist([row]), prompts)
     ledger = tmp_path / "ledger.jsonl"
-    emu = emulator_factory(ledger=ledger).wait_ready()
+    # Outputs well under max_tokens, so no turn is cut and every conversation goes on.
+    emu = emulator_factory("--emu-max-output-tokens", "600", ledger=ledger).wait_ready()
     config = _config(tmp_path, prompts, regenerate="all_turns", samples=2)
     out = await run_batches(config, emu.url)
 

@@ -50,7 +50,7 @@ from eagle3_datagen.sglang.pool import ServerPool, connect
 from eagle3_datagen.sglang.preflight import length_rejection
 from eagle3_datagen.sglang.requests import GenerateClient, generate_with_retries
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
-from eagle3_datagen.validate.tokens import ToolCallCheck, validate_output
+from eagle3_datagen.validate.tokens import ToolCallCheck, Verdict, validate_output
 from eagle3_datagen.write.journal import BatchJournal, prompt_key
 from eagle3_datagen.write.records import Record, Reject
 from eagle3_datagen.write.resume import Prior, ReusePool
@@ -409,6 +409,21 @@ class PartitionRunner:
                 )
             )
             return None
+        return self._record(prompt, ids, media, result, verdict, sampling, at)
+
+    def _record(
+        self,
+        prompt: Prompt,
+        ids: list[int],
+        media: TurnImages | None,
+        result: GenerateResult,
+        verdict: Verdict,
+        sampling: dict[str, Any],
+        at: TurnAt,
+    ) -> Record:
+        """The record of an accepted turn: the ids as sent, the output as returned, and for an
+        image prompt the ids the model saw and its images."""
+        seen = media.expanded if media else ids
         return Record(
             id=at.id,
             partition=self.partition.name,

@@ -25,7 +25,8 @@ from eagle3_datagen.write.shards import BatchSummary
 RECORD_COLUMNS = ("id", "partition", "prompt_ids", "output_ids", "finish_reason",
                   "prompt_tokens", "completion_tokens", "truncated", "think_end_index",
                   "source_line")  # fmt: skip
-TURN_COLUMNS = ("conversation_id", "turn", "sample")  # absent from shards of older versions
+# Absent from shards of older versions (turns and samples, image prompts).
+TURN_COLUMNS = ("conversation_id", "turn", "sample", "model_prompt_ids", "images")
 MAX_EXAMPLES = 20  # invalid records listed per partition; all are counted
 
 
@@ -42,9 +43,11 @@ def _columns(path: Path) -> list[str]:
 def check_record(
     row: dict[str, Any], partition: str, ids: TokenIds, policy: ValidationPolicy
 ) -> Verdict:
-    """The live rules, plus the stored columns that must agree with them."""
+    """The live rules, plus the stored columns that must agree with them. An image prompt's
+    rules apply to the ids the model saw (``model_prompt_ids``), which ``prompt_tokens`` counts."""
+    seen = row.get("model_prompt_ids")
     v = validate_output(
-        row["prompt_ids"],
+        row["prompt_ids"] if seen is None else seen,
         row["output_ids"],
         finish_type=row["finish_reason"],
         finish_matched=None,  # not stored; the last-token rules still apply
@@ -61,6 +64,12 @@ def check_record(
     if row["think_end_index"] != v.think_end_index:
         v.fail("think_end_index", f"stored {row['think_end_index']}, "
                f"the output has it at {v.think_end_index}")  # fmt: skip
+    images = row.get("images") or []
+    if seen is not None:
+        want = len(row["prompt_ids"]) - len(images) + sum(i["tokens"] for i in images)
+        if len(seen) != want:
+            v.fail("image_tokens", f"model_prompt_ids has {len(seen)} ids; the prompt ids with "
+                   f"{len(images)} image(s) expanded make {want}")  # fmt: skip
     return v
 
 
