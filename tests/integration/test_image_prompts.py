@@ -25,8 +25,13 @@ from PIL import Image
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.report.data_picture import partition_picture, picture_markdown
+from eagle3_datagen.report.dataset_card import card_text
 from eagle3_datagen.validate.dataset import check_record
+from eagle3_datagen.write.export import export_dataset
+from eagle3_datagen.write.records import Record
 from tests.support import REPO, TOKENIZER_DIR
+from tests.support.dataset import Batch, make_fingerprint, write_dataset
 from tests.support.emulator import read_ledger
 from tests.support.pipeline import run_batches
 
@@ -143,6 +148,25 @@ async def test_image_lines_become_records_with_the_ids_the_model_saw(
     short = {**three, "model_prompt_ids": three["model_prompt_ids"][1:]}
     assert {c for c, _ in check_record(short, "p", ids, config.validation).reasons} == {
         "image_tokens", "prompt_token_mismatch"}  # fmt: skip
+
+    # The same records as a finished dataset: exports leave the image records out and say so;
+    # the data picture and the card count them.
+    root = tmp_path / "dataset"
+    tok = ChatTokenizer(str(TOKENIZER_DIR))
+    stored = [Record(**r) for r in table.to_pylist()]
+    manifest = write_dataset(root, make_fingerprint(config, tok), {"p": [Batch(stored)]})
+    for fmt in ("specforge", "speculators"):
+        result = export_dataset(root, fmt, tmp_path / f"{fmt}.jsonl")
+        assert result.total == 1, fmt  # only the text record
+        assert result.metadata["images"]["left_out"] == 2
+        assert sorted(result.metadata["image_ids"]) == ["p/one", "p/three"]
+        assert any("2 image records are left out" in line for line in result.report())
+    picture = partition_picture(root, "p")
+    assert (picture.image_records, picture.images) == (2, 4)
+    assert picture.image_tokens == sum(counts_one) + sum(counts_three)
+    line = f"**2** records with images (4 images, {picture.image_tokens} image tokens"
+    assert line in picture_markdown(picture)
+    assert line in card_text(root, manifest, [picture])
 
 
 async def test_bad_images_are_rejected_per_line_before_the_server(

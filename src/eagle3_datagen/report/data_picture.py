@@ -94,6 +94,10 @@ class PartitionPicture:
     stopped: int = 0
     stops_by_reason: dict[str, int] = field(default_factory=dict)
     records_by_turn: dict[str, int] = field(default_factory=dict)
+    # Image prompts (docs/images.md): records with images, their images, the images' tokens.
+    image_records: int = 0
+    images: int = 0
+    image_tokens: int = 0
 
     @property
     def truncation_rate(self) -> float:
@@ -121,6 +125,9 @@ class PartitionPicture:
             "conversations_stopped": self.stopped,
             "stops_by_reason": self.stops_by_reason,
             "records_by_turn": self.records_by_turn,
+            "image_records": self.image_records,
+            "images": self.images,
+            "image_tokens": self.image_tokens,
         }
 
 
@@ -130,7 +137,9 @@ def partition_picture(root: str | Path, partition: str) -> PartitionPicture:
     output = Distribution("output length (tokens)")
     thinking = Distribution("thinking length (tokens before `</think>`)")
     truncated = 0
+    images = [0, 0, 0]  # records with images, images, image tokens
     for path in PartitionOutput(root, partition).shard_paths():
+        _count_images(path, images)
         table = pq.read_table(path, columns=_COLUMNS)
         prompt.values.extend(table["prompt_tokens"].to_pylist())
         output.values.extend(table["completion_tokens"].to_pylist())
@@ -152,7 +161,23 @@ def partition_picture(root: str | Path, partition: str) -> PartitionPicture:
         stopped=int(totals.get("conversations_stopped", 0)),
         stops_by_reason=dict(totals.get("stops_by_reason", {})),
         records_by_turn=dict(totals.get("records_by_turn", {})),
+        image_records=images[0],
+        images=images[1],
+        image_tokens=images[2],
     )
+
+
+def _count_images(path: Path, counts: list[int]) -> None:
+    """Adds a shard's image records, images and image tokens (shards of older versions and
+    text-only ones may have no such column or only nulls)."""
+    if "images" not in pq.read_schema(path).names:
+        return
+    column = pq.read_table(path, columns=["images"])["images"]
+    lengths = pc.list_value_length(column)
+    counts[0] += int(pc.sum(pc.greater(pc.fill_null(lengths, 0), 0).cast("int64")).as_py() or 0)
+    counts[1] += int(pc.sum(lengths).as_py() or 0)
+    tokens = pc.struct_field(pc.list_flatten(column), "tokens")
+    counts[2] += int(pc.sum(tokens).as_py() or 0)
 
 
 def stats_table(picture: PartitionPicture) -> str:
@@ -196,6 +221,16 @@ def conversations_line(picture: PartitionPicture) -> str | None:
     )
 
 
+def images_line(picture: PartitionPicture) -> str | None:
+    """Image prompts, when the partition has any (None otherwise)."""
+    if not picture.image_records:
+        return None
+    return (
+        f"**{picture.image_records}** records with images ({picture.images} images, "
+        f"{picture.image_tokens} image tokens in the prompts the model saw)"
+    )
+
+
 def picture_markdown(picture: PartitionPicture, heading: str = "#") -> str:
     """The partition's data picture as markdown: rates, a stats table, three histograms."""
     parts = [
@@ -205,6 +240,8 @@ def picture_markdown(picture: PartitionPicture, heading: str = "#") -> str:
     ]
     if (conversations := conversations_line(picture)) is not None:
         parts.insert(2, conversations)
+    if (images := images_line(picture)) is not None:
+        parts.insert(2, images)
     for dist in (picture.output, picture.thinking, picture.prompt):
         parts.append(f"**{dist.name}**\n\n```text\n{dist.histogram()}\n```")
     return "\n\n".join(parts) + "\n"

@@ -29,6 +29,12 @@ Both trainers train, per row, the same predictions: each output token as the dra
 (the first one with the last prompt token's features) predicting the token after it, through
 the distribution after the end-of-turn token.
 
+Image records (``images`` not null; docs/images.md) are left out of both formats, counted and
+listed in the metadata file: both exports are token ids only (SpecForge's pre-tokenized prompts
+file, speculators' ``input_ids``), and neither trainer's path for such rows runs the target
+model's vision encoder, so at the image positions the target's hidden states would be those of
+the bare placeholder id, not of the image the output was generated for.
+
 Options: truncated records (``finish_reason: length``) are kept, dropped or refused; records
 longer than the trainer's maximum (SpecForge ``data.max_length`` 2048, speculators
 ``--seq-length``/``--total-seq-len`` 8192 by default), which the trainer would clip, are kept
@@ -130,6 +136,13 @@ class _Entry:
     conversation: str
     length: int
     truncated: bool
+    images: int = 0  # an image record: left out (see the module docstring)
+
+
+IMAGES_LEFT_OUT = (
+    "image records are left out: these exports are token ids only, and the trainer would compute "
+    "the target's hidden states on the image placeholder id instead of the image (docs/images.md)"
+)
 
 
 def boundary_sample(prompt_ids: list[int], output_ids: list[int]) -> tuple[list[int], list[int]]:
@@ -238,7 +251,7 @@ def _scan(shards: list[Shard]) -> Iterator[_Entry]:
     the token lists never become Python objects here)."""
     for shard in shards:
         columns = _present(
-            shard.path, ("id", "conversation_id", "truncated", "prompt_ids", "output_ids")
+            shard.path, ("id", "conversation_id", "truncated", "prompt_ids", "output_ids", "images")
         )
         try:
             for batch in pq.ParquetFile(shard.path).iter_batches(columns=columns):
@@ -253,14 +266,20 @@ def _scan(shards: list[Shard]) -> Iterator[_Entry]:
                     if "conversation_id" in names
                     else ids
                 )
-                for i, n, c, t in zip(
+                images = (
+                    pc.list_value_length(batch.column("images")).to_pylist()
+                    if "images" in names
+                    else [None] * len(ids)
+                )
+                for i, n, c, t, k in zip(
                     ids,
                     lengths.to_pylist(),
                     convs,
                     batch.column("truncated").to_pylist(),
+                    images,
                     strict=True,
                 ):
-                    yield _Entry(shard.partition, i, c or i, n, bool(t))
+                    yield _Entry(shard.partition, i, c or i, n, bool(t), k or 0)
         except (pa.ArrowException, OSError, KeyError) as err:
             raise DatasetError(f"{shard.path}: cannot read: {err}") from None
 
@@ -272,7 +291,10 @@ def _refuse(what: str, entries: list[_Entry], hint: str) -> DatasetError:
 
 
 def _plan(entries: list[_Entry], opts: ExportOptions, max_length: int) -> dict[str, Any]:
-    """Which records go where ("train" / "validation"), or a refusal naming them."""
+    """Which records go where ("train" / "validation"), or a refusal naming them. Image
+    records go nowhere (see the module docstring)."""
+    with_images = [e for e in entries if e.images]
+    entries = [e for e in entries if not e.images]
     truncated = [e for e in entries if e.truncated]
     over = [e for e in entries if e.length > max_length]
     if opts.truncated == "refuse" and truncated:
@@ -318,6 +340,7 @@ def _plan(entries: list[_Entry], opts: ExportOptions, max_length: int) -> dict[s
         "validation_conversations": n_val,
         "dropped_truncated": sum(1 for e in truncated if (e.partition, e.id) in dropped),
         "dropped_over_length": sum(1 for e in over if (e.partition, e.id) in dropped),
+        "images": with_images,
     }
 
 
@@ -382,7 +405,10 @@ def _metadata(
             "truncated": len(plan["truncated"]),
             "truncated_dropped": plan["dropped_truncated"],
             "over_length_dropped": plan["dropped_over_length"],
+            "images_left_out": len(plan["images"]),
         },
+        "images": {"left_out": len(plan["images"]), "reason": IMAGES_LEFT_OUT},
+        "image_ids": ids(plan["images"]),
         "truncated_ids": ids(plan["truncated"]),
         "over_length_ids": ids(plan["over"]),
         "split": {

@@ -144,6 +144,9 @@ def report_lines(meta: dict[str, Any]) -> list[str]:
         f"truncated records (finish_reason length): {counts['truncated']} "
         f"({opts['truncated']}; listed in the metadata file, the trainers do not carry the flag)"
     )
+    images = meta.get("images") or {}
+    if images.get("left_out"):
+        out.append(f"{images['left_out']} {images['reason']}; listed in the metadata file")
     split = meta["split"]
     if split["validation"]:
         out.append(
