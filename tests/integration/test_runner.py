@@ -71,10 +71,14 @@ class _SendOrder(SGLangClient):
         self.sent: list[int] = []
 
     async def generate(
-        self, input_ids: list[int], sampling_params: dict[str, Any], rid: str
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        rid: str,
+        image_data: list[str] | None = None,
     ) -> GenerateResult:
         self.sent.append(len(input_ids))
-        return await super().generate(input_ids, sampling_params, rid)
+        return await super().generate(input_ids, sampling_params, rid, image_data)
 
 
 async def test_a_batch_sends_its_longest_prompts_first(
