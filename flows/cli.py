@@ -283,6 +283,14 @@ def cmd_alarm_install(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_alarm_unschedulable(args: argparse.Namespace) -> int:
+    """The automations that fail a run whose Kubernetes pod stays unschedulable."""
+    from eagle3_datagen_flows.ops import install_unschedulable
+
+    print(asyncio.run(install_unschedulable(args.minutes)))
+    return 0
+
+
 def cmd_emulator(argv: list[str]) -> int:
     """Become ``python -m sglang_emulator ARGV``: the emulator is a separate package, never
     imported by the library, shipped in the same wheel; exec keeps the pid, so signals reach it."""
@@ -415,7 +423,9 @@ def _add_ops_commands(sub: Any) -> None:
     )
     failures.set_defaults(func=cmd_failures)
 
-    alarm = sub.add_parser("alarm", help="the Prefect automations: throughput low, run failed")
+    alarm = sub.add_parser(
+        "alarm", help="the Prefect automations: throughput low, run failed, pod unschedulable"
+    )
     alarm_sub = alarm.add_subparsers(dest="alarm_command", required=True)
     install = alarm_sub.add_parser(
         "install",
@@ -430,6 +440,18 @@ def _add_ops_commands(sub: Any) -> None:
     )
     install.add_argument("--file", metavar="YAML", help="another automation file")
     install.set_defaults(func=cmd_alarm_install)
+    unschedulable = alarm_sub.add_parser(
+        "unschedulable",
+        help="create or update the automations that fail a run whose Kubernetes pod stays "
+        "unschedulable (pod-unschedulable.yaml, pod-unschedulable-failed.yaml)",
+    )
+    unschedulable.add_argument(
+        "--minutes",
+        type=float,
+        default=30.0,
+        help="how long a pod may stay unschedulable before its run fails (default 30)",
+    )
+    unschedulable.set_defaults(func=cmd_alarm_unschedulable)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,8 @@ write (and, for a partition still running or one that crashed before writing its
 failed batch task runs' own messages). ``eagle3-datagen alarm install --block NAME`` creates
 the automations of ``automations/`` (throughput low, run failed; package data of
 ``eagle3_datagen_flows``, so they are there after ``pip install .``) with a named
-notification block, so no placeholder id ever reaches the server.
+notification block, so no placeholder id ever reaches the server. ``eagle3-datagen alarm
+unschedulable`` creates the two that fail a run whose Kubernetes pod stays unschedulable.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ PARENT_FLOWS = ["eagle3-datagen", "eagle3-datagen-fanout"]
 ALARM_FILE = Path(str(resources.files("eagle3_datagen_flows") / "automations/throughput-low.yaml"))
 # Every shipped automation: `alarm install` installs them all with the one block.
 ALARM_FILES = [ALARM_FILE, ALARM_FILE.with_name("run-failed.yaml")]
+# Kubernetes pools: a run whose pod is unschedulable goes to Unschedulable, then Failed.
+UNSCHEDULABLE_FILES = [
+    ALARM_FILE.with_name("pod-unschedulable.yaml"),
+    ALARM_FILE.with_name("pod-unschedulable-failed.yaml"),
+]
+# How long a run may stay Unschedulable before it is failed (pod-unschedulable-failed.yaml says
+# why 30 min); `alarm unschedulable --minutes` changes it.
+UNSCHEDULABLE_MINUTES = 30.0
 
 
 async def _find_run(client: PrefectClient, ref: str | None, where: str) -> FlowRun:
@@ -183,6 +192,38 @@ async def _block_id(client: PrefectClient, block: str) -> tuple[UUID, str]:
     return doc.id, f"{kind}/{doc.name}"
 
 
+async def _upsert(client: PrefectClient, automation: AutomationCore) -> tuple[str, UUID]:
+    """Create the automation, or update the one of that name; ("created"|"updated", id)."""
+    existing = await client.read_automations_by_name(automation.name)
+    if existing:
+        await client.update_automation(existing[0].id, automation)
+        return "updated", existing[0].id
+    return "created", await client.create_automation(automation)
+
+
+def unschedulable_specs(minutes: float) -> list[AutomationCore]:
+    """The two unschedulable-pod automations, the proactive one waiting ``minutes``."""
+    if minutes * 60 < 10:
+        raise ConfigError(f"--minutes {minutes}: Prefect waits at least 10 s (0.17 min)")
+    specs = []
+    for path in UNSCHEDULABLE_FILES:
+        spec = yaml.safe_load(path.read_text())
+        if spec["trigger"]["posture"] == "Proactive":
+            spec["trigger"]["within"] = minutes * 60
+        specs.append(AutomationCore.model_validate(spec))
+    return specs
+
+
+async def install_unschedulable(minutes: float = UNSCHEDULABLE_MINUTES) -> str:
+    """Create (or update, by name) the unschedulable-pod automations; one line per automation."""
+    lines = []
+    async with get_client() as client:
+        for automation in unschedulable_specs(minutes):
+            done, automation_id = await _upsert(client, automation)
+            lines.append(f"automation {automation.name!r} ({automation_id}) {done}")
+    return "\n".join(lines) + f"\nruns whose pod stays unschedulable fail after {minutes:g} min"
+
+
 async def install_alarms(block: str, paths: list[Path]) -> str:
     """Create (or update, by name) each automation file's automation with ``block``; one line
     per automation saying what was done."""
@@ -194,12 +235,5 @@ async def install_alarm(block: str, path: Path = ALARM_FILE) -> str:
     async with get_client() as client:
         block_id, block_name = await _block_id(client, block)
         automation = automation_spec(path, block_id)
-        existing = await client.read_automations_by_name(automation.name)
-        if existing:
-            await client.update_automation(existing[0].id, automation)
-            return (
-                f"automation {automation.name!r} ({existing[0].id}) updated: notifies through "
-                f"{block_name}"
-            )
-        new_id = await client.create_automation(automation)
-    return f"automation {automation.name!r} ({new_id}) created: notifies through {block_name}"
+        done, automation_id = await _upsert(client, automation)
+    return f"automation {automation.name!r} ({automation_id}) {done}: notifies through {block_name}"

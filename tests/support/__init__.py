@@ -3,7 +3,8 @@ waiting for a child server's ``/health``.
 
 Submodules: ``emulator`` (the emulator as a child process, its ledger), ``pipeline`` (prompt
 files and pipeline configs), ``dataset`` (finished datasets written without a server),
-``servers`` (launcher specs and cleanup by pid), ``prefect`` (a real ``prefect server``).
+``servers`` (launcher specs and cleanup by pid), ``prefect`` (a real ``prefect server``),
+``k8s_observer`` (pod watch events through prefect-kubernetes's observer handler).
 Benchmarks import it as ``tests.support`` (the repository root is on the path in a dev install).
 """
 
