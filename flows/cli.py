@@ -287,7 +287,9 @@ def cmd_alarm_unschedulable(args: argparse.Namespace) -> int:
     """The automations that fail a run whose Kubernetes pod stays unschedulable."""
     from eagle3_datagen_flows.ops import install_unschedulable
 
-    print(asyncio.run(install_unschedulable(args.minutes)))
+    with _prefect_api():
+        done = asyncio.run(install_unschedulable(args.minutes))
+    print(done)
     return 0
 
 
