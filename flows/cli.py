@@ -226,7 +226,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     entries = [e for d in args.dataset for e in read_history(d)]
     if not entries:
         raise ConfigError(f"no runs recorded in {', '.join(args.dataset)} (no history.jsonl)")
-    rows = history_rows(entries, args.partition)
+    rows = history_rows(entries, args.partition, all_attempts=args.all_attempts)
     print(history_text(rows[-args.last :] if args.last else rows))
     return 0
 
@@ -266,8 +266,8 @@ def cmd_failures(args: argparse.Namespace) -> int:
     from eagle3_datagen_flows.ops import failed_batches, failures_text
 
     with _prefect_api() as where:
-        run, rows = asyncio.run(failed_batches(args.flow_run, where))
-    print(failures_text(run, rows))
+        found = asyncio.run(failed_batches(args.flow_run, where, all_attempts=args.all_attempts))
+    print(failures_text(found))
     return 0
 
 
@@ -408,6 +408,11 @@ def _add_dataset_commands(sub: Any) -> None:
     history.add_argument("dataset", nargs="+", metavar="DIR", help="output directories")
     history.add_argument("--partition", action="append", metavar="NAME", help="only this one")
     history.add_argument("--last", type=int, metavar="N", help="only the last N rows")
+    history.add_argument(
+        "--all-attempts",
+        action="store_true",
+        help="a run retried from the UI: every attempt's rows (default: the final attempt's)",
+    )
     history.set_defaults(func=cmd_history)
 
 
@@ -422,6 +427,12 @@ def _add_ops_commands(sub: Any) -> None:
         nargs="?",
         metavar="FLOW_RUN",
         help="flow run id or name (default: the latest eagle3-datagen run)",
+    )
+    failures.add_argument(
+        "--all-attempts",
+        action="store_true",
+        help="a retried run: also the failed batches of its earlier attempts (default: the "
+        "final attempt's)",
     )
     failures.set_defaults(func=cmd_failures)
 

@@ -12,6 +12,7 @@ unschedulable`` creates the two that fail a run whose Kubernetes pod stays unsch
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -84,29 +85,67 @@ async def _find_run(client: PrefectClient, ref: str | None, where: str) -> FlowR
     return runs[0]
 
 
-async def _descendants(client: PrefectClient, run: FlowRun) -> list[FlowRun]:
-    """The run and every flow run under it (partition subflows; fan-out jobs and theirs)."""
-    found, frontier = [run], [run.id]
+def _partitions_of(run: FlowRun) -> tuple[str, ...]:
+    """What a child run did: its partition (a subflow) or partitions (a fan-out job)."""
+    params = run.parameters or {}
+    if params.get("partition"):
+        return (str(params["partition"]),)
+    return tuple(params.get("partitions") or ())
+
+
+def latest_attempts(children: list[FlowRun]) -> tuple[list[FlowRun], list[FlowRun]]:
+    """A retried parent starts a new child run for every partition that did not complete:
+    (the latest run of each partition, the earlier ones it superseded)."""
+    latest: dict[tuple[str, ...], FlowRun] = {}
+    earlier: list[FlowRun] = []
+    for child in sorted(children, key=lambda r: (r.expected_start_time or r.created, r.created)):
+        key = _partitions_of(child) or (str(child.id),)
+        if key in latest:
+            earlier.append(latest[key])
+        latest[key] = child
+    return list(latest.values()), earlier
+
+
+async def _descendants(
+    client: PrefectClient, run: FlowRun, all_attempts: bool
+) -> tuple[list[FlowRun], int]:
+    """The run and every flow run under it (partition subflows; fan-out jobs and theirs), of
+    the final attempt only unless ``all_attempts``; and how many runs earlier attempts made."""
+    found, frontier, superseded = [run], [run.id], 0
     while frontier:
         children = await client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
                 parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier)
             )
         )
+        if not all_attempts:
+            children, earlier = latest_attempts(children)
+            superseded += len(earlier)
         found += children
         frontier = [c.id for c in children]
-    return found
+    return found, superseded
+
+
+@dataclass
+class Failures:
+    """A run's failed batches, of its final attempt (or of all, when asked)."""
+
+    run: FlowRun
+    rows: list[dict[str, Any]]
+    superseded: int = 0  # partition runs of earlier attempts left out
+    all_attempts: bool = False
 
 
 async def failed_batches(
-    ref: str | None, where: str = "this Prefect server"
-) -> tuple[FlowRun, list[dict[str, Any]]]:
+    ref: str | None, where: str = "this Prefect server", *, all_attempts: bool = False
+) -> Failures:
     """The run and its failed batches: rows of the failed-batches tables, then any failed
-    batch task whose partition wrote no table (``cause`` from the task run's state message);
-    ``where`` names the API in the error when there is no such run."""
+    batch task whose partition wrote no table (``cause`` from the task run's state message).
+    A retried run reads as its final attempt: the partition runs its earlier attempts made
+    are left out unless ``all_attempts``. ``where`` names the API in a 'no such run' error."""
     async with get_client() as client:
         run = await _find_run(client, ref, where)
-        runs = await _descendants(client, run)
+        runs, superseded = await _descendants(client, run, all_attempts)
         ids = [r.id for r in runs]
         artifacts = await client.read_artifacts(
             artifact_filter=ArtifactFilter(
@@ -141,18 +180,29 @@ async def failed_batches(
                 "attempts": task.run_count,
             }
         )
-    return run, sorted(rows, key=lambda r: r["batch"])
+    return Failures(run, sorted(rows, key=lambda r: r["batch"]), superseded, all_attempts)
 
 
-def failures_text(run: FlowRun, rows: list[dict[str, Any]]) -> str:
+def failures_text(found: Failures) -> str:
     """What ``eagle3-datagen failures`` prints: the run, then one line per failed batch."""
+    run, rows = found.run, found.rows
     state = run.state.type.value if run.state else "UNKNOWN"
     head = f"flow run {run.name!r} ({run.id}) {state}"
     if run.state and run.state.message and state != "COMPLETED":
         head += f": {failure_reason(run.state.message, state)}"  # whole: no mid-word cut
+    if run.run_count > 1:
+        head += f"; attempt {run.run_count}" + (
+            ", all attempts below" if found.all_attempts else ""
+        )
+    lines = [head]
+    if found.superseded:
+        lines.append(
+            f"({found.superseded} partition runs of earlier attempts left out: "
+            f"eagle3-datagen failures {run.id} --all-attempts)"
+        )
     if not rows:
-        return head + "\nno failed batches"
-    lines = [head, f"{len(rows)} failed batches:", "batch\tlines\tattempts\tcause"]
+        return "\n".join([*lines, "no failed batches"])
+    lines += [f"{len(rows)} failed batches:", "batch\tlines\tattempts\tcause"]
     for row in rows:
         first, last = row.get("first_line"), row.get("last_line")
         span = f"{first}-{last}" if first is not None else "?"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -30,6 +31,7 @@ from eagle3_datagen.report.ui import (
     failed_batches_description,
     partition_failure_message,
     partition_plan_line,
+    partition_run_name,
     partition_summary,
     progress_percent,
 )
@@ -150,7 +152,13 @@ async def _run_batches(
     return await run_windowed(iter(plan.batches), _batch, plan.window)
 
 
-@flow(name="datagen-partition", flow_run_name="partition-{partition}", log_prints=True)
+def _subflow_name() -> str:
+    """``partition-<name> <date>``: the partition, and when it started (UTC)."""
+    when = prefect.runtime.flow_run.scheduled_start_time or datetime.now(UTC)
+    return partition_run_name(prefect.runtime.flow_run.parameters["partition"], when)
+
+
+@flow(name="datagen-partition", flow_run_name=_subflow_name, log_prints=True)
 async def generate_partition(
     config: PipelineConfig,
     partition: str,

@@ -19,6 +19,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger, tags
 from prefect.artifacts import acreate_table_artifact
+from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import get_run_context
 from prefect.exceptions import TerminationSignal
@@ -40,7 +41,7 @@ from eagle3_datagen.report.history import (
 )
 from eagle3_datagen.report.outcome import RunOutcome
 from eagle3_datagen.report.throughput import RunMeter
-from eagle3_datagen.report.ui import run_name
+from eagle3_datagen.report.ui import keeps_name, run_name
 from eagle3_datagen.sglang.health import LogSink
 from eagle3_datagen.sglang.orphans import kill_recorded
 from eagle3_datagen.sglang.process import server_state_dir
@@ -171,11 +172,19 @@ def _write_manifest(
         return {}
 
 
-def _this_run(logger: LogSink) -> FlowRun:
+async def _this_run(names: list[str], logger: LogSink) -> FlowRun:
+    """The flow run, tagged with its partitions (the Runs page filters parents by them too)."""
     flow_run = get_run_context().flow_run  # type: ignore[union-attr]
     assert flow_run is not None
     worker = os.environ.get("PREFECT__WORKER_NAME", "none")
     logger.info(f"running on host {socket.gethostname()}, pid {os.getpid()}, worker {worker}")
+    wanted = sorted({*(flow_run.tags or []), *(f"partition:{name}" for name in names)})
+    if wanted != sorted(flow_run.tags or []):
+        try:
+            async with get_client() as client:
+                await client.update_flow_run(flow_run.id, tags=wanted)
+        except Exception as err:  # a tag is a convenience, never a reason to fail
+            logger.warning(f"partition tags not set: {err}")
     return flow_run
 
 
@@ -196,6 +205,7 @@ async def _record_history(
             config.output_dir, meter, outcome.final_states(),
             run_id=str(flow_run.id), run_name=flow_run.name, started=started,
             ended=datetime.now(UTC), deployment=current_deployment.name,
+            attempt=flow_run.run_count or 1,
         )  # fmt: skip
         append_history(config.output_dir, entry)
         table = history_rows(read_history(config.output_dir))[-HISTORY_ROWS:]
@@ -207,11 +217,13 @@ async def _record_history(
 
 
 def _run_name() -> str:
-    """What ran: the deployment (or output directory), the partitions, when (UTC)."""
+    """What ran: the deployment (or output directory), the partitions, when it was due (UTC).
+    A name a person gave the run, or its earlier attempt's (a retry), is kept."""
+    if keeps_name(current_run.name):
+        return str(current_run.name)
     params = current_run.parameters
-    return run_name(
-        current_deployment.name, params.get("config"), params.get("partitions"), datetime.now(UTC)
-    )
+    when = current_run.scheduled_start_time or datetime.now(UTC)
+    return run_name(current_deployment.name, params.get("config"), params.get("partitions"), when)
 
 
 @flow(
@@ -240,7 +252,7 @@ async def datagen(
     names = partitions or [p.name for p in config.partitions]
     for name in names:
         config.partition(name)  # unknown names fail before anything starts
-    flow_run = _this_run(logger)
+    flow_run = await _this_run(names, logger)
     meter = RunMeter()
     outcome = RunOutcome(names)
     report = RunReport(flow_run, outcome, meter)

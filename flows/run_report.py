@@ -22,6 +22,7 @@ from prefect.artifacts import (
     aupdate_progress_artifact,
 )
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import ArtifactUpdate
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
@@ -136,6 +137,27 @@ async def _failed_batch_links(states: dict[str, State[Any]]) -> dict[str, tuple[
     return links
 
 
+SUPERSEDED = "Superseded"
+
+
+async def _mark_earlier_attempts(flow_run: FlowRun) -> None:
+    """A run retried from the UI keeps its earlier attempts' artifacts (reachable, and the
+    Artifacts page shows each key's latest version, this attempt's); their descriptions now
+    start by saying which attempt replaced them, so none reads as the run's outcome."""
+    attempt = flow_run.run_count or 1
+    if attempt <= 1:
+        return
+    async with get_client() as client:
+        earlier = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run.id]))
+        )
+        for artifact in earlier:
+            text = artifact.description or ""
+            if not text.startswith(SUPERSEDED):
+                note = f"{SUPERSEDED} by attempt {attempt} of this run (a retry): {text}"
+                await client.update_artifact(artifact.id, ArtifactUpdate(description=note))
+
+
 class RunReport:
     """The parent's artifacts for one run; reads the run's outcome and meter, never decides."""
 
@@ -148,7 +170,12 @@ class RunReport:
         self.failed_links: dict[str, tuple[int, str]] = {}
 
     async def open(self) -> None:
-        """The live progress table, one row per partition (all waiting)."""
+        """The live progress table, one row per partition (all waiting); on a retried run,
+        the earlier attempts' artifacts first say that they are superseded."""
+        try:
+            await _mark_earlier_attempts(self.flow_run)
+        except Exception as err:
+            get_run_logger().warning(f"earlier attempts' artifacts not marked: {err}")
         self.progress_id = await acreate_progress_artifact(
             0.0,
             key=RUN_PROGRESS_KEY,

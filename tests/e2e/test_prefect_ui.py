@@ -92,7 +92,8 @@ def subflow_runs(srv: PrefectServer, parent_id: str) -> dict[str, dict[str, Any]
     subs = srv.post(
         "/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [parent_id]}}}
     )
-    return {r["name"]: r for r in subs}
+    # Subflows are named ``partition-<name> <date>``: keyed here by the part before the date.
+    return {r["name"].split(" ")[0]: r for r in subs}
 
 
 def artifacts(srv: PrefectServer, flow_run_ids: list[str], key: str) -> list[dict[str, Any]]:
@@ -166,6 +167,9 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
     assert re.fullmatch(r"demo: demo_short\+demo_long \d{4}-\d\d-\d\d \d\d:\d\dZ", run["name"])
     subs = subflow_runs(srv, runs.demo)
     assert set(subs) == {"partition-demo_short", "partition-demo_long"}
+    assert all(re.fullmatch(r"\S+ \d{4}-\d\d-\d\d \d\d:\d\dZ", s["name"]) for s in subs.values())
+    # The parent is tagged with its partitions too.
+    assert {"partition:demo_short", "partition:demo_long"} <= set(run["tags"]), run["tags"]
     # Subflows and their batch tasks carry partition, tier and the deployment's tags.
     for name, tier in (("demo_short", "SHORT"), ("demo_long", "LONG")):
         sub = subs[f"partition-{name}"]

@@ -92,11 +92,14 @@ def history_entry(
     started: datetime,
     ended: datetime,
     deployment: str | None = None,
+    attempt: int = 1,
 ) -> dict[str, Any]:
-    """The run's line of the history: who, when, and each partition's numbers."""
+    """The run's line of the history: who, when, and each partition's numbers; ``attempt``
+    counts the run's attempts (a run retried from the UI writes one line per attempt)."""
     return {
         "run_id": run_id,
         "run_name": run_name,
+        "attempt": attempt,
         "deployment": deployment,
         "started": started.isoformat(timespec="seconds"),
         "ended": ended.isoformat(timespec="seconds"),
@@ -150,20 +153,39 @@ def _fmt_wall(seconds: Any) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def final_attempts(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries without those a later attempt of the same flow run superseded (a retried
+    run reads as its final attempt), oldest first."""
+    ordered = sorted(entries, key=lambda e: str(e.get("started", "")))
+    last = {e.get("run_id"): i for i, e in enumerate(ordered)}
+    return [e for i, e in enumerate(ordered) if not e.get("run_id") or last[e.get("run_id")] == i]
+
+
+def _run_label(entry: dict[str, Any]) -> str:
+    name = str(entry.get("run_name") or entry.get("run_id") or "-")
+    attempt = int(entry.get("attempt") or 1)
+    return f"{name} (attempt {attempt})" if attempt > 1 else name
+
+
 def history_rows(
-    entries: Iterable[dict[str, Any]], partitions: Iterable[str] | None = None
+    entries: Iterable[dict[str, Any]],
+    partitions: Iterable[str] | None = None,
+    *,
+    all_attempts: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row per run and partition, oldest first, formatted for a table."""
+    """One row per run and partition, oldest first, formatted for a table; of a retried run,
+    only its final attempt unless ``all_attempts``."""
     wanted = set(partitions) if partitions else None
     rows = []
-    for entry in sorted(entries, key=lambda e: str(e.get("started", ""))):
+    for entry in sorted(entries if all_attempts else final_attempts(entries),
+                        key=lambda e: str(e.get("started", ""))):  # fmt: skip
         for name, p in (entry.get("partitions") or {}).items():
             if wanted is not None and name not in wanted:
                 continue
             rows.append(
                 {
                     "started": str(entry.get("started", "-"))[:16].replace("T", " "),
-                    "run": entry.get("run_name") or entry.get("run_id") or "-",
+                    "run": _run_label(entry),
                     "partition": name,
                     "status": p.get("status", "-"),
                     "records": p.get("records", 0),

@@ -10,6 +10,7 @@ orchestrator's own formats (its state messages, event resources, artifact keys a
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -290,6 +291,21 @@ def run_progress_markdown(meter: RunMeter, states: dict[str, str]) -> str:
 FAILED_BATCHES_PREFIX = "failed-batches"
 DATA_PREFIX = "data"
 PROGRESS_PREFIX = "progress"
+
+
+_GENERATED_NAME = re.compile(r"[a-z]+-[a-z]+")
+
+
+def keeps_name(name: str | None) -> bool:
+    """Whether a flow run's name was given by a person (the deployment form's run name,
+    ``--flow-run-name``) or by an earlier attempt of the run, so it stays: every name but
+    Prefect's generated ``adjective-animal`` (two lowercase words joined by a hyphen)."""
+    return bool(name) and not _GENERATED_NAME.fullmatch(name or "")
+
+
+def partition_run_name(partition: str, when: datetime) -> str:
+    """A partition subflow's name: ``partition-B1_glaive 2026-11-29 02:00Z``."""
+    return f"partition-{partition} {when:%Y-%m-%d %H:%M}Z"
 
 
 def run_name(source: str | None, config: Any, partitions: list[str] | None, when: datetime) -> str:
