@@ -10,7 +10,6 @@ only the ones that did not complete.
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -21,7 +20,7 @@ from prefect.deployments.flow_runs import arun_deployment
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.errors import FanOutFailed
 from eagle3_datagen.report.dataset_card import refresh_dataset_card
-from eagle3_datagen.report.ui import fanout_failure_message, partition_run_name
+from eagle3_datagen.report.ui import fanout_failure_message
 from eagle3_datagen.write.manifest import settle_manifest
 
 PARTITION_DEPLOYMENT = "eagle3-datagen/partition-job"
@@ -81,7 +80,6 @@ async def _run(
     return await arun_deployment(
         name=deployment,
         parameters={"config": config, "partitions": [name], "overwrite": overwrite},
-        flow_run_name=partition_run_name(f"job-{name}", datetime.now(UTC)),
         idempotency_key=key,
         timeout=None,  # partitions take hours; wait for the job, however long
         poll_interval=5,
