@@ -103,7 +103,7 @@ async def test_image_lines_become_records_with_the_ids_the_model_saw(
         {"id": "one", "messages": [_user(_text("What is this?"), _img("img/a.png"))]},
         {"id": "three", "messages": [_user(
             _img((tmp_path / "img" / "b b.jpg").as_uri()), _text("and"), _img(uri),
-            {"type": "image", "image": "img/a.png"})]},
+            _img("img/a.png"))]},
         {"id": "text", "messages": [{"role": "user", "content": "No image here."}]},
     ]  # fmt: skip
     prompts = tmp_path / "in.jsonl"

@@ -1,6 +1,10 @@
 """Image parts through ``render: sglang_chat`` and ``render: template`` with the bundled Kimi
 template: one ``<|media_pad|>`` per image, and the images' order as the prompt holds them.
 
+The oracle for ``sglang_chat`` is SGLang's own chat path, recorded by
+``conformance/chat_images.py`` (``tests/fixtures/sglang-0.5.23/chat_images.json``) and replayed
+here; the tests above the replay state the same rules by hand, readable on their own.
+
 What SGLang's chat path does with image parts (``process_content_for_template_format``,
 parser/jinja_template_utils.py:215-338: an ``image_url`` part becomes ``{"type": "image"}``) and
 with a run of tool results holding images (``_canonicalize_tool_message_order``,
@@ -18,10 +22,15 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from eagle3_datagen.inputs.images import LoadedImage, image_refs
 from eagle3_datagen.inputs.prompts import Prompt, parse_prompt
-from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
 from eagle3_datagen.render.sglang_chat import tool_results_by_call
-from tests.support import TOKENIZER_DIR
+from tests.support import REPO, TOKENIZER_DIR
+
+ASSETS = REPO / "src" / "eagle3_datagen" / "assets"
+# The render needs only the references; the bytes matter to the request, not to the ids.
+_ANY_IMAGE = LoadedImage(b"", "", 1, 1, "PNG")
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +99,11 @@ def test_template_render_keeps_the_data_order(tmp_path: Path, hf: Any) -> None:
     assert tok.render_text(prompt) == want
 
 
-def test_image_parts_become_image_for_the_template(tmp_path: Path, hf: Any) -> None:
+def test_kimi_image_parts_render_with_template_and_are_refused_by_sglang_chat(
+    tmp_path: Path, hf: Any
+) -> None:
+    """``{"type": "image"}`` is what Kimi's template tests for, not a part SGLang's chat path
+    accepts (recorded below: ``kimi_image_part``)."""
     messages = [
         {
             "role": "user",
@@ -102,10 +115,39 @@ def test_image_parts_become_image_for_the_template(tmp_path: Path, hf: Any) -> N
         }
     ]
     prompt = _prompt(tmp_path, messages)
-    tok = ChatTokenizer(str(TOKENIZER_DIR), render="sglang_chat")
-    as_sglang = [{"role": "user", "content": [
-        {"type": "text", "text": "Compare"}, {"type": "image"}, {"type": "image"}]}]  # fmt: skip
+    tok = ChatTokenizer(str(TOKENIZER_DIR), render="template")
     assert tok.render_text(prompt) == hf.apply_chat_template(
-        as_sglang, add_generation_prompt=True, tokenize=False
+        messages, add_generation_prompt=True, tokenize=False
     )
     assert tok.image_order(prompt) == ["a.png", "b.png"]
+    refused = ChatTokenizer(str(TOKENIZER_DIR), render="sglang_chat").render([prompt])[0]
+    assert isinstance(refused, RenderError) and "image_url" in refused.reason
+
+
+RECORDED = REPO / "tests" / "fixtures" / "sglang-0.5.23" / "chat_images.json"
+
+
+@pytest.mark.parametrize("asset", ["kimi-k2.5-mini", "kimi-k2.5-tiktoken"])
+def test_recorded_sglang_chat_path_on_image_messages(asset: str) -> None:
+    """Each request of ``conformance/chat_images.py`` renders to the prompt ids SGLang's own
+    ``_apply_jinja_template`` built, its images in the order SGLang handed them on; a request
+    SGLang refused is a reject here."""
+    cases = json.loads(RECORDED.read_text(encoding="utf-8"))[asset]
+    assert len(cases) >= 20 and any(c["status"] != 200 for c in cases)
+    tok = ChatTokenizer(str(ASSETS / asset), render="sglang_chat")
+    prompts = []
+    for i, case in enumerate(cases):
+        messages, tools = case["request"]["messages"], case["request"].get("tools")
+        images = {url: _ANY_IMAGE for url in image_refs(messages)}
+        prompts.append(Prompt(case["name"], i, messages, tools, images))
+    rendered = tok.render(prompts)
+    wrong = []
+    for case, prompt, got in zip(cases, prompts, rendered, strict=True):
+        if case["status"] != 200:
+            if not isinstance(got, RenderError):
+                wrong.append(f"{case['name']}: SGLang refused it, we rendered it")
+        elif got != case["prompt_ids"]:
+            wrong.append(f"{case['name']}: ids differ")
+        elif tok.image_order(prompt) != case["image_urls"]:
+            wrong.append(f"{case['name']}: image order {tok.image_order(prompt)}")
+    assert not wrong, wrong

@@ -134,9 +134,15 @@ def _dump_content(content: Any, index: int) -> Any:
                     f"message {index}: thinking parts require exactly one of 'thinking' or 'text'"
                 )
             parts.append({"type": kind, "thinking": thinking, "text": text})
-        elif kind in IMAGE_PART_TYPES and part_url(part) is not None:
-            # ``image`` is not an OpenAI part: taken as ``image_url`` (docs/images.md)
+        elif kind == "image_url" and isinstance(part.get("image_url"), dict) and part_url(part):
+            # ChatCompletionMessageContentImagePart (protocol.py:604-643): an object with a url
             parts.append({"type": "image_url", "image_url": {"url": part_url(part)}})
+        elif kind in IMAGE_PART_TYPES:
+            raise SglangChatError(
+                f"message {index}: SGLang's chat path takes an image only as "
+                '{"type": "image_url", "image_url": {"url": ...}} (render: template takes the '
+                "parts as the chat template does)"
+            )
         else:
             raise SglangChatError(
                 f"message {index}: content part {kind!r} is not supported (text and images only)"
