@@ -21,7 +21,15 @@ The fourth profile, ``router``, is two ``seed-node`` emulators behind a round-ro
 (``tests/support/front.py``) whose ``/metrics`` is sglang-router's (``sgl_router_*``) and whose
 ``/v1/loads`` is 404, as a run attached to a router sees it: the controller finds no SGLang
 series at the start and steers on the responses alone. Its rate is the sum of both servers'
-(each its own simulated clock), and its static sweep counts requests across both.
+(each its own simulated clock), and its static sweep counts requests across both. It runs at
+time scale 0.005, not 0.0015: every request costs CPU in the client, the front and an emulator
+(the emulator makes each answer's ids and text before it queues it), and at 0.0015 two servers
+finish ~450 requests a second, more than two shared cores carry: py-spy showed all four
+processes busy and the servers holding 20-40 running of the 256 in flight each (the rest waited
+in the HTTP layers), so the sweep measured the machine, not the policy, and on a loaded machine
+a run could sit for minutes with both servers idle, their simulated clocks stopped. A run whose
+servers do no simulated work for ``STALL_S`` now stops with what the servers and requests were
+doing, instead of waiting.
 """
 
 from __future__ import annotations
@@ -62,7 +70,7 @@ WORKLOADS = {
     "kv-poor": Workload("kv-poor", 2000, 10240, (32, 64, 100, 150, 256), 150, 0.0015),
     "reasoning": Workload("reasoning", 1200, 16384, (16, 32, 64, 96, 150), 32, 0.0015),
     "router": Workload(
-        "router", 4800, 10240, (128, 300, 512), 300, 0.0015,
+        "router", 6400, 10240, (128, 300, 512), 300, 0.005,
         physics="seed-node", servers=2,
     ),
 }  # fmt: skip
@@ -126,6 +134,47 @@ def _rate(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float:
     )
 
 
+STALL_S = 60.0  # no simulated work on any server for this long: stop, do not wait forever
+
+
+async def _window(
+    session: aiohttp.ClientSession,
+    servers: list[str],
+    w: Workload,
+    tasks: list[asyncio.Task[Any]],
+    what: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The servers' stats at ``warmup_sim_s`` and ``end_sim_s`` of simulated work on each.
+
+    A server's simulated clock moves only while it works, so a run whose requests stop
+    reaching the servers (all failed, or stuck before them) would wait here forever: after
+    ``STALL_S`` without simulated work anywhere it stops, naming what the servers and the
+    requests were doing."""
+    base = [s["physics"]["sim_s"] for s in await _all_stats(session, servers)]
+    a = None
+    last, moved = base, time.monotonic()
+    while True:
+        await asyncio.sleep(0.05)
+        now = await _all_stats(session, servers)
+        clocks = [s["physics"]["sim_s"] for s in now]
+        if clocks != last:
+            last, moved = clocks, time.monotonic()
+        elif time.monotonic() - moved > STALL_S or all(t.done() for t in tasks):
+            failed = [t.exception() for t in tasks if t.done() and not t.cancelled()]
+            errors = [e for e in failed if e is not None]
+            raise RuntimeError(
+                f"{what}: no simulated work for {time.monotonic() - moved:.0f} s; servers "
+                f"(running, queued) {[(s['running'], s['queued']) for s in now]}; requests "
+                f"done {sum(t.done() for t in tasks)}/{len(tasks)}, failed {len(errors)}"
+                + (f", first: {errors[0]!r}" if errors else "")
+            )
+        sim = min(c - b0 for c, b0 in zip(clocks, base, strict=True))
+        if a is None and sim >= w.warmup_sim_s:
+            a = now
+        elif a is not None and sim >= w.end_sim_s:
+            return a, now
+
+
 async def one_run(
     url: str,
     w: Workload,
@@ -170,16 +219,7 @@ async def one_run(
             )
             for i, ids in enumerate(prompts)
         ]  # fmt: skip
-        base = [s["physics"]["sim_s"] for s in await _all_stats(session, servers)]
-        a = b = None
-        while b is None:
-            await asyncio.sleep(0.05)
-            now = await _all_stats(session, servers)
-            sim = min(s["physics"]["sim_s"] - b0 for s, b0 in zip(now, base, strict=True))
-            if a is None and sim >= w.warmup_sim_s:
-                a = now
-            elif a is not None and sim >= w.end_sim_s:
-                b = now
+        a, b = await _window(session, servers, w, tasks, f"{w.profile} {policy}")
         if client.started >= n:
             raise RuntimeError(f"{w.profile} {policy}: all {n} prompts started; raise --scale")
         for t in tasks:
@@ -246,10 +286,7 @@ async def bench_profile(w: Workload, interval_s: float, statics: tuple[int, ...]
     }
 
 
-# The router profile is run only when asked for (--profiles router): its first run on a busy
-# 2-core machine did not finish (the servers went idle while the measurement waited for their
-# simulated clocks), so it is not yet part of figure (e).
-DEFAULT_PROFILES = ("seed-node", "kv-poor", "reasoning")
+DEFAULT_PROFILES = ("seed-node", "kv-poor", "reasoning", "router")
 
 
 def measure(scale: float = 1.0, interval_s: float = 0.02) -> dict[str, Any]:

@@ -5,6 +5,15 @@ It forwards ``POST /generate`` to its backends in turn and the info and health e
 first one that answers, serves ``/metrics`` in sglang-router's names (the ``sgl_router_*``
 series its ``metrics.rs`` registers, with this front's own counts), and answers 404 at
 ``/v1/loads`` as sglang-router does. Used by the controller's tests and benchmark (e).
+
+Connection lifetimes, as a router in front of SGLang must handle them: a client that goes away
+cancels the forwarded request too (aiohttp >= 3.9 leaves a handler running after its client
+left unless asked; before, the servers of benchmark (e) generated for every request of a
+cancelled run, ``tests/sglang/test_front.py``); the listen backlog holds a burst of thousands
+of new connections (auto's slow start opens ~1,000 at once; aiohttp's default of 128 was seen
+82 deep during one); kept-alive connections to a backend expire before the backend's 5 s idle
+close, and a request that meets one the backend closed anyway is sent once more on a new one,
+as our client does (``sglang/client.py``), rather than answered 502.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from aiohttp import web
 from tests.support import REPO, free_port, stop_process, wait_healthy
 
 _FORWARDED_GETS = ("/health", "/health_generate", "/server_info", "/model_info", "/v1/models")
+KEEPALIVE_S = 4.0  # below the backends' 5 s idle close (uvicorn's, and the emulator's)
 
 
 class Front:
@@ -36,7 +46,7 @@ class Front:
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0)
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=aiohttp.ClientTimeout(total=None)
             )
@@ -52,19 +62,25 @@ class Front:
         headers = {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
         self.running[i] += 1
         try:
-            async with self.session.post(
-                f"{self.backends[i]}/generate",
-                data=body,
-                headers={**headers, "Content-Type": "application/json"},
-            ) as r:
-                data = await r.read()
-                status = r.status
+            status, data = await self._post(f"{self.backends[i]}/generate", body, headers)
         except aiohttp.ClientError as err:
             return web.json_response({"error": f"backend unreachable: {err}"}, status=502)
         finally:
             self.running[i] -= 1
         self.processed[i] += 1
         return web.Response(body=data, status=status, content_type="application/json")
+
+    async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        """POST to a backend; once more when a kept-alive connection turns out closed."""
+        headers = {**headers, "Content-Type": "application/json"}
+        for attempt in (1, 2):
+            try:
+                async with self.session.post(url, data=body, headers=headers) as r:
+                    return r.status, await r.read()
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
+                if attempt == 2 or isinstance(err, aiohttp.ClientConnectorError):
+                    raise
+        raise AssertionError("unreachable")
 
     async def forward_get(self, request: web.Request) -> web.Response:
         self._count(request.path)
@@ -151,7 +167,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backend", action="append", required=True)
     args = ap.parse_args(argv)
     print(f"front on {args.port} over {args.backend}", file=sys.stderr, flush=True)
-    web.run_app(Front(args.backend).app(), host="127.0.0.1", port=args.port, print=None)
+    web.run_app(
+        Front(args.backend).app(),
+        host="127.0.0.1",
+        port=args.port,
+        print=None,
+        access_log=None,
+        backlog=4096,
+        handler_cancellation=True,  # a client that went away cancels its forwarded request
+    )
 
 
 if __name__ == "__main__":
