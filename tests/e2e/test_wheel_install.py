@@ -26,6 +26,7 @@ COMMANDS = [
     ["failures"],
     ["alarm"],
     ["alarm", "install"],
+    ["alarm", "unschedulable"],
     ["emulator"],
 ]
 
@@ -59,7 +60,9 @@ def test_the_wheel_installs_only_the_projects_names(installed: Path):
         "sglang_emulator",
     }
     assert "flows" not in names and "tasks" not in names
-    assert (Path(site) / "eagle3_datagen_flows/automations/throughput-low.yaml").is_file()
+    automations = Path(site) / "eagle3_datagen_flows/automations"
+    for name in ("throughput-low", "run-failed", "pod-unschedulable", "pod-unschedulable-failed"):
+        assert (automations / f"{name}.yaml").is_file(), name
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "top")

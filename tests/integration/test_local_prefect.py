@@ -67,7 +67,8 @@ def test_failures_reads_the_local_database_a_run_left(tmp_path: Path) -> None:
 
 def test_a_prefect_api_that_is_down_is_one_line(tmp_path: Path) -> None:
     api = f"http://127.0.0.1:{free_port()}/api"  # nothing listens there
-    for args in (("alarm", "install", "--block", "eagle3-alerts"), ("failures",)):
+    commands = (("alarm", "install", "--block", "eagle3-alerts"), ("alarm", "unschedulable"))
+    for args in (*commands, ("failures",)):
         out = _cli(tmp_path, *args, api=api)
         assert out.returncode == 2, out.stderr
         assert out.stderr.strip() == (
