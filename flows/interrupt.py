@@ -165,10 +165,15 @@ async def stop_on_signals(work: Awaitable[T]) -> T:
 
 
 async def mark_cancelled(flow_run_id: Any, why: str) -> None:
-    """Set the flow run, and its subflows that did not finish, Cancelled with ``why``."""
+    """Set the flow run, and its subflows that did not finish, Cancelled with ``why``.
+
+    A fan-out's partition jobs are deployment runs that workers run in their own processes:
+    a running one is set Cancelling, which is what makes its worker stop the job's process
+    (whose hooks stop its server) and then mark it Cancelled; Cancelled straight away would
+    leave it generating on its node. One not yet running is set Cancelled."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
-    from prefect.states import Cancelled
+    from prefect.states import Cancelled, Cancelling
 
     async with get_client() as client:
         subs = await client.read_flow_runs(
@@ -177,5 +182,12 @@ async def mark_cancelled(flow_run_id: Any, why: str) -> None:
             )
         )
         for run in [*subs, await client.read_flow_run(flow_run_id)]:
-            if run.state is None or not run.state.is_completed():
-                await client.set_flow_run_state(run.id, Cancelled(message=why), force=True)
+            done = run.state is not None and run.state.is_completed()
+            job = run.deployment_id is not None and run.id != flow_run_id
+            if done or (job and run.state is not None and run.state.is_final()):
+                continue  # a job that ended on its own keeps its own end
+            # A job a worker runs is stopped through its worker; one not yet running is not
+            # picked up once Cancelled.
+            running = job and run.state is not None and run.state.is_running()
+            state: Any = Cancelling(message=why) if running else Cancelled(message=why)
+            await client.set_flow_run_state(run.id, state, force=True)

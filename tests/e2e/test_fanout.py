@@ -8,8 +8,11 @@ output directory. A retried fan-out (same flow run) must not run any partition a
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ import yaml
 from eagle3_datagen.demo import TOKENIZER_DIR
 from tests.support import REPO
 from tests.support.prefect import PrefectServer
+from tests.support.servers import wait_gone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -131,3 +135,86 @@ async def main(run_id):
 
 asyncio.run(main(sys.argv[1]))
 """
+
+
+def test_ctrl_c_of_a_fan_out_cancels_its_jobs_on_the_workers(
+    prefect_server: PrefectServer, tmp_path: Path
+) -> None:
+    """Ctrl-C of ``run --fan-out``: exit 130, the running job's process stopped by its worker
+    (its server with it) and marked Cancelled, the job not yet started Cancelled too."""
+    srv = prefect_server
+    # The first test's pool and deployment (made again when this test runs alone).
+    srv.cli("work-pool", "create", "gpu-fanout", "--type", "process", check=False)
+    srv.cli("--no-prompt", "deploy", "--name", "partition-job", "--pool", "gpu-fanout",
+            "--prefect-file", "deployments/prefect.yaml")  # fmt: skip
+    deps = srv.post("/deployments/filter", {"deployments": {"name": {"any_": ["partition-job"]}}})
+    srv.start("worker", "start", "--pool", "gpu-fanout", "--name", "stop-a", "--limit", "1",
+              log=tmp_path / "stop-a.log")  # fmt: skip
+    for name in "pq":
+        write_partition(tmp_path / f"{name}.jsonl", name, 200)
+    config: dict[str, Any] = {
+        "model": {"path": str(TOKENIZER_DIR)},
+        "server": {"mode": "launch", "engine": "emulator", "port": 0, "startup_timeout_s": 60,
+                   "extra_args": ["--emu-running-slots", "2", "--emu-decode-ms-per-token", "20"]},
+        "tiers": [{"name": "SHORT", "concurrency": 2, "max_tokens": 1024}],
+        "partitions": [{"name": n, "input": str(tmp_path / f"{n}.jsonl"), "tier": "SHORT"}
+                       for n in "pq"],
+        "output_dir": str(tmp_path / "stop-out"),
+        "batch_size": 8,
+    }  # fmt: skip
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    log = tmp_path / "cli.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "eagle3_datagen_flows.cli", "run", str(cfg), "--fan-out"],
+            cwd=REPO, env=srv.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        _wait_for_jobs(srv, deps[0]["id"], proc, log, lambda s: "RUNNING" in s)
+        _wait(lambda: bool(list((tmp_path / "stop-out" / ".state" / "servers").glob("*.json"))),
+              proc, log)  # fmt: skip
+        servers = list((tmp_path / "stop-out" / ".state" / "servers").glob("*.json"))
+        server_pid = int(json.loads(servers[0].read_text())["pid"])
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+        assert proc.wait(120) == 130, log.read_text()[-3000:]
+        assert (
+            log.read_text()
+            .strip()
+            .splitlines()[-1]
+            .startswith(
+                "eagle3-datagen: stopped by SIGINT: the run stopped and is marked Cancelled"
+            )
+        )
+        states = _wait_for_jobs(srv, deps[0]["id"], None, log,
+                                lambda s: set(s) <= {"CANCELLED"}, timeout=120)  # fmt: skip
+        assert sorted(states) == ["CANCELLED", "CANCELLED"], states
+        assert wait_gone(server_pid, 60), "the running job's server outlived its cancellation"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _wait(cond: Any, proc: subprocess.Popen[bytes] | None, log: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert proc is None or proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.5)
+
+
+def _wait_for_jobs(
+    srv: PrefectServer, deployment_id: str, proc: subprocess.Popen[bytes] | None, log: Path,
+    cond: Any, timeout: float = 300,
+) -> list[str]:  # fmt: skip
+    """The state types of the jobs of partitions p and q once ``cond`` holds for them."""
+    found: list[str] = []
+
+    def ready() -> bool:
+        runs = srv.post("/flow_runs/filter",
+                        {"flow_runs": {"deployment_id": {"any_": [deployment_id]}}})  # fmt: skip
+        found[:] = [r["state_type"] for r in runs if r["parameters"]["partitions"][0] in "pq"]
+        return len(found) == 2 and bool(cond(found))
+
+    _wait(ready, proc, log, timeout)
+    return found
