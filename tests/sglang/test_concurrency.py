@@ -40,6 +40,17 @@ def test_rules_grow_trim_and_back_off_once_per_cut() -> None:
     assert c.decide(_sample(80, retracted=9), in_flight=80)[0] == 68
 
 
+def test_a_full_pool_with_nothing_waiting_still_grows_until_a_request_is_at_hand() -> None:
+    c = ConcurrencyController(ServerBudget(), LoadReader(["http://x"]), AutoConcurrency())
+    c.limit, c.slow_start = 40, False
+    full = 0.95  # over USAGE_HIGH: the pool is full
+    # Nothing waiting on the server: a finishing request leaves its place idle until the
+    # client's next one arrives, so one more in flight (5%) is offered.
+    assert c.decide(_sample(40, queued=0, usage=full), in_flight=40)[0] == 42
+    # Two waiting: the next request is at hand; a full pool takes no more.
+    assert c.decide(_sample(40, queued=2, usage=full), in_flight=42)[0] == 40
+
+
 async def _drive(url: str, budget: ServerBudget, n: int, share: str = "p") -> None:
     policy = RetryPolicy(max_attempts=2, backoff_initial_s=0.1, backoff_max_s=0.2)
     async with SGLangClient(url, max_connections=600) as client:

@@ -10,16 +10,19 @@ the server-wide budget's request limit (the budget shares it fairly across parti
 - **retractions** since the last reading (the KV pool ran out): back off to 85% of what the
   server held, and hold for two readings; once per cut: while more are in flight than the last
   cut allows (running requests only leave as they finish), further retractions cut nothing;
-- **a queue** on the server longer than a few requests (10% of those running, at least 2) for
+- **a queue** on the server longer than a few requests (25% of those running, at least 2) for
   three readings in a row: the server runs all its KV allows and the rest only wait; trim the
   limit towards running + that small queue (by at most 10% a reading), so the server always
-  has the next request at hand but is never offered a pile it would over-admit as
-  ``new_token_ratio`` decays. A shorter-lived
+  has the next requests at hand but is never offered a pile it would over-admit as
+  ``new_token_ratio`` decays (10% left a KV-bound server short: SGLang admits by its estimate,
+  and a queue of 2-4 did not keep its places filled, figure (e) kv-poor 0.89-0.95x of the best
+  static, 0.98x with 25%). A shorter-lived
   queue is prefill backlog (SGLang prefills at most ``chunked_prefill_size`` tokens a step):
   the limit then stays where it is;
 - otherwise, when the limit is what holds requests back (>= 90% of it in flight) and the KV
-  pool is below 92% used: grow, doubling until the first trim or retraction (slow start), then
-  by 5% per reading.
+  pool is below 92% used, or the server has fewer than 2 requests waiting (a full pool with
+  nothing at hand idles a place whenever a request finishes: the next one is still on its way):
+  grow, doubling until the first trim or retraction (slow start), then by 5% per reading.
 
 The limit counts every request in flight on the server but holds back only the partitions of
 auto tiers (static tiers keep their concurrency), and never goes above the user's
@@ -51,7 +54,7 @@ from eagle3_datagen.sglang.load import LOADS, METRICS, RESPONSES, LoadReader, Lo
 USAGE_HIGH = 0.92
 BACKOFF = 0.85
 GROWTH = 0.05
-QUEUE_SHARE = 0.10
+QUEUE_SHARE = 0.25
 MIN_QUEUE = 2
 HOLD_READINGS = 2
 QUEUE_READINGS = 3
@@ -161,7 +164,7 @@ class ConcurrencyController:
             reason = "hold after retraction"
         elif long_queue:
             reason = "prefill backlog: wait"
-        elif in_flight >= 0.9 * limit and s.token_usage < USAGE_HIGH:
+        elif in_flight >= 0.9 * limit and (s.token_usage < USAGE_HIGH or s.queued < MIN_QUEUE):
             step = limit if self.slow_start else max(1, math.ceil(limit * GROWTH))
             limit += step
             reason = "slow start" if self.slow_start else "grow"
