@@ -52,6 +52,8 @@ def demo_config(
             "partitions": [
                 {"name": "demo_short", "input": str(DEMO_DIR / "short.jsonl"), "tier": "SHORT"},
                 {"name": "demo_long", "input": str(DEMO_DIR / "long.jsonl"), "tier": "LONG"},
+                # Kimi-K2.5 image prompts (scripts/make_demo_images.py; docs/images.md)
+                {"name": "demo_images", "input": str(DEMO_DIR / "images.jsonl"), "tier": "SHORT"},
             ],
             "output_dir": str(output_dir),
             "batch_size": 16,

@@ -39,6 +39,7 @@ class Item:
     sampling: Sampling
     seed: int
     max_new: int
+    images: bytes = b""  # digest of the request's images (image_data); b"" without
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,7 @@ def parse_generate(
     max_new = max(0, min(requested, limits.max_req_len - n_in - 1))
     seed = sampling.sampling_seed if sampling.sampling_seed is not None else default_seed
     digest = hashlib.sha256(packed + images).digest()
-    return Item(rid, prompt, packed, digest, sampling, seed, max_new)
+    return Item(rid, prompt, packed, digest, sampling, seed, max_new, images)
 
 
 @dataclass(slots=True)

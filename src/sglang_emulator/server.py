@@ -9,6 +9,7 @@ register their rid in ``inflight`` so a duplicate rid still in flight gets SGLan
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import random
 import sys
@@ -486,9 +487,9 @@ class Emulator:
         if self.observed is not None:
             self.observed.finished(n_in, cached, n_out, time.monotonic() - t0)
         if self.ledger is not None:
-            self.ledger.write(
-                item.rid, item.digest.hex(), n_in, result.output_ids, result.finish_reason
-            )
+            # the ids the model saw (images expanded); the item's digest also covers the images
+            ids_sha = hashlib.sha256(item.packed).hexdigest() if item.images else item.digest.hex()
+            self.ledger.write(item.rid, ids_sha, n_in, result.output_ids, result.finish_reason)
         if self.args.log_requests:
             log(
                 f"Finish: rid={item.rid}, prompt_tokens={n_in}, completion_tokens={n_out}, "

@@ -164,9 +164,10 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
     run = srv.get(f"/flow_runs/{runs.demo}")
     assert run["state_type"] == "COMPLETED", run["state"]["message"]
     # A name that says what ran: the deployment, the partitions, when.
-    assert re.fullmatch(r"demo: demo_short\+demo_long \d{4}-\d\d-\d\d \d\d:\d\dZ", run["name"])
+    assert re.fullmatch(r"demo: demo_short\+demo_long\+demo_images \d{4}-\d\d-\d\d \d\d:\d\dZ",
+                        run["name"])  # fmt: skip
     subs = subflow_runs(srv, runs.demo)
-    assert set(subs) == {"partition-demo_short", "partition-demo_long"}
+    assert set(subs) == {"partition-demo_short", "partition-demo_long", "partition-demo_images"}
     assert all(re.fullmatch(r"\S+ \d{4}-\d\d-\d\d \d\d:\d\dZ", s["name"]) for s in subs.values())
     # The parent is tagged with its partitions too.
     assert {"partition:demo_short", "partition:demo_long"} <= set(run["tags"]), run["tags"]
@@ -178,9 +179,9 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
         tasks = srv.post("/task_runs/filter", {"flow_runs": {"id": {"any_": [sub["id"]]}}})
         batches = [t for t in tasks if t["name"].startswith("generate[")]
         assert batches and all(want <= set(t["tags"]) for t in batches)
-    # Side by side: the two partitions' subflows overlapped (not one after the other).
+    # Side by side: the two text partitions' subflows overlapped (not one after the other).
     spans = [(datetime.fromisoformat(sub["start_time"]), datetime.fromisoformat(sub["end_time"]))
-             for sub in subs.values()]  # fmt: skip
+             for name, sub in subs.items() if name != "partition-demo_images"]  # fmt: skip
     overlap = (min(e for _, e in spans) - max(s for s, _ in spans)).total_seconds()
     gap = abs((spans[0][0] - spans[1][0]).total_seconds())
     print(f"subflow spans {spans}, start gap {gap:.1f} s, overlap {overlap:.1f} s")
@@ -228,7 +229,9 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
         assert row["truncation_rate"].endswith("%") and row["tok_per_s"] > 0
         assert row["tok_per_s"] == line_tok_s[name]  # one tok/s: summary = progress line
         assert re.fullmatch(r"[\d.]+s|\d+m\d\ds", row["wall_time"])
-    assert summary["description"].startswith("2 partitions, 84 records accepted")
+    images = rows["demo_images"]  # the image partition: 2 planted bad images
+    assert (images["accepted"], images["rejected"]) == (6, 2)
+    assert summary["description"].startswith("3 partitions, 90 records accepted")
 
 
 def test_low_throughput_raises_one_alarm_per_dip(prefect_server: PrefectServer, runs: Runs) -> None:

@@ -62,8 +62,10 @@ def test_demo_dataset_holds_exact_tokens(tmp_path: Path, chat_tokenizer: ChatTok
             assert row["prompt_ids"] == expected_prompt_ids(tok, src, config.model.render)
             # what the server received and sent, as its ledger recorded it
             received = ledger[row["rid"]]
-            assert received["input_ids_sha256"] == sha256_int32(row["prompt_ids"])
-            assert received["prompt_tokens"] == len(row["prompt_ids"]) == row["prompt_tokens"]
+            # an image prompt: the server saw (and counted) the ids with its images expanded
+            seen = row["model_prompt_ids"] if row["images"] else row["prompt_ids"]
+            assert received["input_ids_sha256"] == sha256_int32(seen)
+            assert received["prompt_tokens"] == len(seen) == row["prompt_tokens"]
             assert row["output_ids"] == received["output_ids"]
             assert row["completion_tokens"] == len(row["output_ids"])
             assert row["partition"] == part.name
@@ -83,6 +85,23 @@ def test_demo_dataset_holds_exact_tokens(tmp_path: Path, chat_tokenizer: ChatTok
     assert by_id["bad-role"]["source_line"] == 41
     [dup] = [r for r in short_rejects if r["reason_code"] == "duplicate_id"]
     assert dup["source_line"] == 64 and "already used on line 1" in dup["reason"]
+
+    # The image partition: its two planted bad images rejected before any request, the others
+    # sent with their images (scripts/make_demo_images.py; docs/images.md).
+    images_dir = Path(config.output_dir) / "demo_images"
+    image_rows = pq.read_table(sorted(images_dir.glob("part-*.parquet"))).to_pylist()
+    assert len(image_rows) == 6 and all(r["images"] for r in image_rows)
+    assert {len(r["images"]) for r in image_rows} == {1, 2}
+    image_rejects = pq.read_table(sorted((images_dir / "rejects").glob("*.parquet"))).to_pylist()
+    images_file = config.partition("demo_images").input
+    reasons = {r["source_line"]: r["reason"] for r in image_rejects}
+    missing = Path(images_file).parent / "images" / "missing.png"
+    assert reasons[7] == (f"{images_file}:7: messages[0].content[1]: bad image: image not "
+                          f"found: {missing}")  # fmt: skip
+    assert reasons[8].startswith(f"{images_file}:8: messages[0].content[1]: bad image: "
+                                 "unreadable image")  # fmt: skip
+    assert {r["source_line"] for r in image_rejects} == {7, 8}
+    assert manifest["partitions"]["demo_images"]["rejected"] == 2
 
     written = json.loads((Path(config.output_dir) / "manifest.json").read_text())
     assert written["status"] == "completed"

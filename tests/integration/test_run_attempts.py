@@ -38,7 +38,7 @@ from tests.support.emulator import EmulatorProcess
 pytestmark = [pytest.mark.usefixtures("prefect_backend"), pytest.mark.slow]
 
 TYPED = "nightly by hand"
-DATED = re.compile(r"partition-demo_(short|long) \d{4}-\d\d-\d\d \d\d:\d\dZ")
+DATED = re.compile(r"partition-demo_(short|long|images) \d{4}-\d\d-\d\d \d\d:\d\dZ")
 
 
 async def _attempt(run_id: Any) -> FlowRun:
@@ -94,20 +94,21 @@ async def test_a_retried_run_reads_as_its_final_attempt(tmp_path: Path) -> None:
             )
         )
     # Both attempts' subflows exist (earlier ones reachable), each named and dated.
-    assert len(subs) == 4 and all(DATED.fullmatch(s.name) for s in subs), [s.name for s in subs]
+    assert len(subs) == 6 and all(DATED.fullmatch(s.name) for s in subs), [s.name for s in subs]
 
     # `failures`: the run COMPLETED with no failed batch, the earlier attempt named, not listed.
     found = await failed_batches(str(created.id))
     text = failures_text(found)
-    assert found.rows == [] and found.superseded == 2, text
+    assert found.rows == [] and found.superseded == 3, text
     assert text.splitlines()[0] == f"flow run {TYPED!r} ({created.id}) COMPLETED; attempt 2"
     assert text.splitlines()[1] == (
-        f"(2 partition runs of earlier attempts left out: eagle3-datagen failures {created.id} "
+        f"(3 partition runs of earlier attempts left out: eagle3-datagen failures {created.id} "
         "--all-attempts)"
     )
     assert text.splitlines()[-1] == "no failed batches"
     everything = await failed_batches(str(created.id), all_attempts=True)
-    assert len(everything.rows) == 6, everything.rows  # demo_short 4 batches, demo_long 2
+    # demo_short 4 batches, demo_long 2, demo_images 1
+    assert len(everything.rows) == 7, everything.rows
 
     # The summaries: the final attempt's leads, the first says it was superseded.
     summaries.sort(key=lambda a: a.created)  # type: ignore[arg-type, return-value]

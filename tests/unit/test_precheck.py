@@ -72,7 +72,7 @@ def test_the_demo_passes_the_checks_on_either_bundled_tokenizer(
     from eagle3_datagen.demo import demo_config
 
     check = check_before_server(demo_config(tmp_path, port=1, tokenizer=tokenizer), None)
-    assert check.sizes == {"demo_short": 64, "demo_long": 24}
+    assert check.sizes == {"demo_short": 64, "demo_long": 24, "demo_images": 8}
     assert type(check.tokenizer.tok).__name__ == (
         "TikTokenTokenizer" if tokenizer == "tiktoken" else "TokenizersBackend"
     )
