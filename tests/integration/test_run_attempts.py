@@ -124,4 +124,4 @@ async def test_a_retried_run_reads_as_its_final_attempt(tmp_path: Path) -> None:
     assert [e["attempt"] for e in entries] == [1, 2]
     rows = history_rows(entries)
     assert {(r["run"], r["status"]) for r in rows} == {(f"{TYPED} (attempt 2)", "completed")}
-    assert len(history_rows(entries, all_attempts=True)) == 4
+    assert len(history_rows(entries, all_attempts=True)) == 6  # 3 partitions x 2 attempts
