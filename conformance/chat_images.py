@@ -17,7 +17,7 @@ processed. A request SGLang refuses (request model or template) is recorded with
 The corpus: one and several images, image-only content, images in multi-turn histories, in
 tool results (in and out of the calls' order, mixed with text results), in an assistant
 message, beside declared tools, and part shapes SGLang refuses. The recording
-(``tests/fixtures/sglang-0.5.23/chat_images.json``) is replayed in CI by
+(``tests/fixtures/kimi-images/chat-path-sglang-0.5.23.json``) is replayed in CI by
 ``tests/unit/test_image_render.py``, without SGLang.
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 
 from conformance.process import REPO, model_dir
 
-OUT = REPO / "tests" / "fixtures" / "sglang-0.5.23" / "chat_images.json"
+OUT = REPO / "tests" / "fixtures" / "kimi-images" / "chat-path-sglang-0.5.23.json"
 ASSETS = ("kimi-k2.5-mini", "kimi-k2.5-tiktoken")
 FLAGS = ["--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--trust-remote-code",
          "--random-seed", "1"]  # fmt: skip

@@ -2,8 +2,9 @@
 template: one ``<|media_pad|>`` per image, and the images' order as the prompt holds them.
 
 The oracle for ``sglang_chat`` is SGLang's own chat path, recorded by
-``conformance/chat_images.py`` (``tests/fixtures/sglang-0.5.23/chat_images.json``) and replayed
-here; the tests above the replay state the same rules by hand, readable on their own.
+``conformance/chat_images.py`` (``tests/fixtures/kimi-images/chat-path-sglang-0.5.23.json``)
+and replayed here; the tests above the replay state the same rules by hand, readable on their
+own.
 
 What SGLang's chat path does with image parts (``process_content_for_template_format``,
 parser/jinja_template_utils.py:215-338: an ``image_url`` part becomes ``{"type": "image"}``) and
@@ -124,7 +125,7 @@ def test_kimi_image_parts_render_with_template_and_are_refused_by_sglang_chat(
     assert isinstance(refused, RenderError) and "image_url" in refused.reason
 
 
-RECORDED = REPO / "tests" / "fixtures" / "sglang-0.5.23" / "chat_images.json"
+RECORDED = REPO / "tests" / "fixtures" / "kimi-images" / "chat-path-sglang-0.5.23.json"
 
 
 @pytest.mark.parametrize("asset", ["kimi-k2.5-mini", "kimi-k2.5-tiktoken"])
