@@ -16,24 +16,6 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for ``pytest -n N --dist loadgroup`` (CI's command): a module's tests stay on one
-    worker (its module fixtures are made once), and every test of the shared end-to-end
-    ``prefect server`` runs on one worker, so that server and its workers start once. Without
-    ``-n`` the marker does nothing."""
-
-    def module(item: pytest.Item) -> str:
-        return item.nodeid.split("::", 1)[0]
-
-    on_server = {
-        module(item) for item in items if "prefect_server" in getattr(item, "fixturenames", ())
-    }
-    for item in items:
-        group = "e2e-prefect-server" if module(item) in on_server else module(item)
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(scope="session")
 def tokenizer_dir() -> Path:
     return TOKENIZER_DIR

@@ -46,6 +46,9 @@ def hook(prefect_server: PrefectServer) -> Iterator[Hook]:
     for automation in srv.post("/automations/filter"):
         if automation["name"] in (AUTOMATION, "eagle3-datagen throughput low"):
             srv.delete(f"/automations/{automation['id']}")
+    for deployment in srv.post("/deployments/filter"):  # this test's own (see _run)
+        if deployment["name"].startswith(("nightly-", "fanout-", "other-")):
+            srv.delete(f"/deployments/{deployment['id']}")
     hook.server.shutdown()
 
 
