@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
+from tests.support import REPO, stop_process
 from tests.support.prefect import PrefectServer, running_prefect_server
 
 
@@ -52,3 +52,26 @@ def deployed(prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFac
         pool = args[args.index("--pool") + 1]
         srv.start(*args, "--name", f"e2e-{pool}", log=logs / f"{pool}.log")
     return logs / "gpu-process.log"
+
+
+@pytest.fixture(autouse=True)
+def stop_the_tests_own_workers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Workers a test starts on the shared server stop when the test ends. Left polling (every
+    second here), their queries and heartbeats held the server's SQLite lock for every later
+    test: 'database is locked', 503s, and automations that fired late or not at all."""
+    if "prefect_server" not in request.fixturenames:
+        yield
+        return
+    srv: PrefectServer = request.getfixturevalue("prefect_server")
+    before = len(srv.procs)  # the session's own (README workers) were started before this
+    yield
+    if len(srv.procs) == before:
+        return
+    for proc in reversed(srv.procs[before:]):
+        stop_process(proc, 20)
+    del srv.procs[before:]
+    # Such tests deploy partition-job onto their own pool; the README's deployments come back
+    # as its commands make them, for the tests after (test_readme_ready: every one Ready).
+    for line in readme_deploy_commands():
+        if line.startswith("prefect --no-prompt"):
+            srv.cli(*shlex.split(line)[1:], check=False)
