@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.support import REPO
@@ -104,4 +103,4 @@ def test_alarm_install_from_the_wheel(
         ]
     finally:  # the other e2e tests of this server expect no automation of their own making
         for automation in srv.post("/automations/filter"):
-            httpx.delete(f"{srv.api}/automations/{automation['id']}", timeout=30).raise_for_status()
+            srv.delete(f"/automations/{automation['id']}")

@@ -67,18 +67,25 @@ class PrefectServer:
             stop_process(self.server, 20)
             self.server = None
 
-    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        r = httpx.post(f"{self.api}{path}", json=body or {}, timeout=30)
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """One REST call; a 503 is retried as Prefect's own client does (the server answers 503
+        while its SQLite database is locked by another writer), then raised."""
+        for attempt in range(6):
+            r = httpx.request(method, f"{self.api}{path}", json=body, timeout=30)
+            if r.status_code != 503 or attempt == 5:
+                break
+            time.sleep(0.5 * 2**attempt)
         r.raise_for_status()
-        return r.json()
+        return r.json() if r.content else None
+
+    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        return self._request("POST", path, body or {})
 
     def delete(self, path: str) -> None:
-        httpx.delete(f"{self.api}{path}", timeout=30).raise_for_status()
+        self._request("DELETE", path)
 
     def get(self, path: str) -> Any:
-        r = httpx.get(f"{self.api}{path}", timeout=30)
-        r.raise_for_status()
-        return r.json()
+        return self._request("GET", path)
 
     def cli(self, *args: str, check: bool = True, timeout: float = 120) -> str:
         """``prefect ARGS`` as a user types it, from the repository root."""
