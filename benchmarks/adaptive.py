@@ -295,7 +295,9 @@ def measure(scale: float = 1.0, interval_s: float = 0.02) -> dict[str, Any]:
     for w in (WORKLOADS[name] for name in DEFAULT_PROFILES):
         if scale < 1:  # smoke runs: one profile, two static values, a short window
             f = max(scale, 0.05)
-            w = Workload(**{**w.__dict__, "prompts": max(1000, round(w.prompts * f)),
+            # 4,000 prompts: more than auto's 2,048 ceiling can start, so the window ends with
+            # prompts still waiting on a fast machine too (1,000 all started on a quiet one).
+            w = Workload(**{**w.__dict__, "prompts": max(4000, round(w.prompts * f)),
                             "warmup_sim_s": w.warmup_sim_s * f, "end_sim_s": w.end_sim_s * f,
                             "statics": (32, w.seed_static)})  # fmt: skip
         out.append(run_async(bench_profile(w, interval_s, w.statics)))
