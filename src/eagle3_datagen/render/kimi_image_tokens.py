@@ -9,6 +9,7 @@ fails when the placeholders and images do not pair up one to one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Sequence
@@ -110,12 +111,10 @@ def load_media(model_dir: str, pad_token_id: int | None) -> KimiMedia:
             "(media_proc_cfg) to count image tokens"
         )
     rules = KimiImageRules.from_processor_config(processor)
-    placeholder = pad_token_id
-    try:
+    placeholder = pad_token_id  # the tokenizer's <|media_pad|>, unless config.json names one
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
         placeholder = int(config["media_placeholder_token_id"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
     if placeholder is None:
         raise ConfigError(f"{directory}: no media_placeholder_token_id and no <|media_pad|>")
     return KimiMedia(rules, placeholder)
