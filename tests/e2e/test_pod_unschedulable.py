@@ -37,14 +37,6 @@ SCHEDULER = (
 FAILED = "Unschedulable: Kubernetes could not schedule this run's pod in the time allowed"
 
 
-def _datagen(srv: PrefectServer, *args: str) -> str:
-    exe = Path(sys.executable).with_name("eagle3-datagen")
-    proc = subprocess.run([str(exe), *args], cwd=REPO, env=srv.env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
-
-
 def _fanout(srv: PrefectServer, tmp_path: Path) -> subprocess.Popen[str]:
     """``eagle3-datagen run CONFIG --fan-out eagle3-datagen/partition-job-k8s``, one partition."""
     (tmp_path / "b1.jsonl").write_text(
@@ -82,7 +74,7 @@ def test_unschedulable_pod_fails_its_run_and_the_fanout_with_the_diagnosis(
     prefect_server: PrefectServer, tmp_path: Path
 ) -> None:
     srv = prefect_server
-    out = _datagen(srv, "alarm", "unschedulable", "--minutes", str(WINDOW_S / 60))
+    out = srv.datagen("alarm", "unschedulable", "--minutes", str(WINDOW_S / 60))
     assert "'eagle3-datagen pod unschedulable' (" in out, out
     assert "'eagle3-datagen pod unschedulable too long' (" in out, out
     fanout, dep = None, None

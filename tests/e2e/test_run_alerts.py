@@ -9,26 +9,15 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
 from tests.support.prefect import Hook, PrefectServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 BLOCK = "e2e-run-alerts"
 AUTOMATION = "eagle3-datagen run failed"
-
-
-def datagen(srv: PrefectServer, *args: str) -> str:
-    """``eagle3-datagen ARGS`` (the installed command) against the test's Prefect server."""
-    exe = Path(sys.executable).with_name("eagle3-datagen")
-    proc = subprocess.run([str(exe), *args], cwd=REPO, env=srv.env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
 
 
 @pytest.fixture
@@ -71,7 +60,7 @@ def test_failed_and_crashed_deployment_runs_notify(
     prefect_server: PrefectServer, hook: Hook
 ) -> None:
     srv = prefect_server
-    out = datagen(srv, "alarm", "install", "--block", BLOCK)  # both shipped automations
+    out = srv.datagen("alarm", "install", "--block", BLOCK)  # both shipped automations
     assert "'eagle3-datagen throughput low'" in out and f"'{AUTOMATION}'" in out, out
     assert f"'{AUTOMATION}'" in out and f"notifies through custom-webhook/{BLOCK}" in out, out
     tag = uuid.uuid4().hex[:6]

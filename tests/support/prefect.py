@@ -98,6 +98,14 @@ class PrefectServer:
             raise AssertionError(f"prefect {' '.join(args)} exited {proc.returncode}:\n{out}")
         return out
 
+    def datagen(self, *args: str) -> str:
+        """``eagle3-datagen ARGS`` (the installed command) against this server; its stdout."""
+        exe = Path(sys.executable).with_name("eagle3-datagen")
+        proc = subprocess.run([str(exe), *args], cwd=REPO, env=self.env, capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
     def start(self, *args: str, log: Path) -> subprocess.Popen[bytes]:
         """A long-running ``prefect`` subprocess (a worker), stopped at teardown by its pid."""
         with open(log, "wb") as fh:
