@@ -125,12 +125,15 @@ def test_a_full_disk(tmp_path: Path, emulator_factory: Any, mounts: list[Path]) 
     emu = emulator_factory(*SLOW_EMULATOR, ledger=ledger).wait_ready()
     data, cfg = _config(tmp_path, emu.url)
     data["output_dir"] = str(disk / "out")
-    run = _start(data, cfg, tmp_path)
-    run.wait_while_running(_generated(ledger), timeout_s=180)
-    st = os.statvfs(disk)
+    # Made before the run: on a fast machine the run's own files may fill the 16 MB before the
+    # test gets to it, and creating a file on a full tmpfs fails too.
     with (disk / "filler").open("wb") as fh:
+        run = _start(data, cfg, tmp_path)
+        run.wait_while_running(_generated(ledger), timeout_s=180)
+        st = os.statvfs(disk)
         try:
             fh.write(b"\0" * (st.f_bavail * st.f_frsize))
+            fh.flush()
         except OSError:
             pass  # full: what the test wants
     _fails_fast(run, time.monotonic(), "No space left on device")
