@@ -70,10 +70,16 @@ WORKLOADS = {
     "kv-poor": Workload("kv-poor", 2000, 10240, (32, 64, 100, 150, 256), 150, 0.0015),
     "reasoning": Workload("reasoning", 1200, 16384, (16, 32, 64, 96, 150), 32, 0.0015),
     "router": Workload(
-        "router", 6400, 10240, (128, 300, 512), 300, 0.005,
-        physics="seed-node", servers=2,
+        "router",
+        6400,
+        10240,
+        (128, 300, 512),
+        300,
+        0.005,
+        physics="seed-node",
+        servers=2,
     ),
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -213,12 +219,18 @@ async def one_run(
         tasks = [
             asyncio.create_task(
                 generate_with_retries(
-                    client, ids, sampling, rid=f"{policy}-{i}", policy=retry,
-                    slots=slots, budget=budget, share="bench",
+                    client,
+                    ids,
+                    sampling,
+                    rid=f"{policy}-{i}",
+                    policy=retry,
+                    slots=slots,
+                    budget=budget,
+                    share="bench",
                 )
             )
             for i, ids in enumerate(prompts)
-        ]  # fmt: skip
+        ]
         a, b = await _window(session, servers, w, tasks, f"{w.profile} {policy}")
         if client.started >= n:
             raise RuntimeError(f"{w.profile} {policy}: all {n} prompts started; raise --scale")
@@ -250,8 +262,13 @@ async def bench_profile(w: Workload, interval_s: float, statics: tuple[int, ...]
 
     vocab = Vocab(TOKENIZER_DIR)
     prompts = [make_prompt(vocab, w.prompt_tokens, i) for i in range(w.prompts)]
-    flags = ["--emu-physics", w.physics or w.profile, "--emu-time-scale", str(w.time_scale),
-             "--enable-metrics"]  # fmt: skip
+    flags = [
+        "--emu-physics",
+        w.physics or w.profile,
+        "--emu-time-scale",
+        str(w.time_scale),
+        "--enable-metrics",
+    ]
     results: list[RunResult] = []
     policies: list[int | str] = [*statics, "auto"]
     with contextlib.ExitStack() as stack:
@@ -297,9 +314,15 @@ def measure(scale: float = 1.0, interval_s: float = 0.02) -> dict[str, Any]:
             f = max(scale, 0.05)
             # 4,000 prompts: more than auto's 2,048 ceiling can start, so the window ends with
             # prompts still waiting on a fast machine too (1,000 all started on a quiet one).
-            w = Workload(**{**w.__dict__, "prompts": max(4000, round(w.prompts * f)),
-                            "warmup_sim_s": w.warmup_sim_s * f, "end_sim_s": w.end_sim_s * f,
-                            "statics": (32, w.seed_static)})  # fmt: skip
+            w = Workload(
+                **{
+                    **w.__dict__,
+                    "prompts": max(4000, round(w.prompts * f)),
+                    "warmup_sim_s": w.warmup_sim_s * f,
+                    "end_sim_s": w.end_sim_s * f,
+                    "statics": (32, w.seed_static),
+                }
+            )
         out.append(run_async(bench_profile(w, interval_s, w.statics)))
         if scale < 1:
             break

@@ -60,10 +60,12 @@ def server_on(pg: Postgres) -> Iterator[PrefectServer]:
     )
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
-    server_env = dict(env, PREFECT_API_DATABASE_CONNECTION_URL=pg.url,
-                      PREFECT_SERVER_LOGGING_LEVEL="INFO")  # fmt: skip
-    srv = PrefectServer(api=api, env=dict(env, PREFECT_API_URL=api), home=home, port=port,
-                        server_env=server_env)  # fmt: skip
+    server_env = dict(
+        env, PREFECT_API_DATABASE_CONNECTION_URL=pg.url, PREFECT_SERVER_LOGGING_LEVEL="INFO"
+    )
+    srv = PrefectServer(
+        api=api, env=dict(env, PREFECT_API_URL=api), home=home, port=port, server_env=server_env
+    )
     try:
         srv.start_server(timeout=600)
         yield srv
@@ -75,13 +77,32 @@ def server_on(pg: Postgres) -> Iterator[PrefectServer]:
 
 def table_writes(pg: Postgres) -> dict[str, int]:
     """Rows inserted + updated per table since the cluster started, and the database size."""
-    sql = ("select relname, n_tup_ins + n_tup_upd from pg_stat_user_tables "
-           "union all select '_db_bytes', pg_database_size(current_database())")  # fmt: skip
+    sql = (
+        "select relname, n_tup_ins + n_tup_upd from pg_stat_user_tables "
+        "union all select '_db_bytes', pg_database_size(current_database())"
+    )
     out = subprocess.run(
-        [str(pg.bindir / "psql"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "prefect",
-         "-d", "prefect", "-At", "-F", "\t", "-c", sql],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stdout  # fmt: skip
+        [
+            str(pg.bindir / "psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(pg.port),
+            "-U",
+            "prefect",
+            "-d",
+            "prefect",
+            "-At",
+            "-F",
+            "\t",
+            "-c",
+            sql,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     return {name: int(n) for name, n in (line.split("\t") for line in out.splitlines())}
 
 
@@ -98,18 +119,27 @@ def write_config(tmp: Path, name: str, partitions: int, batches: int) -> Path:
     per_batch = 8
     data: dict[str, Any] = {
         "model": {"path": str(TOKENIZER_DIR)},
-        "server": {"mode": "launch", "engine": "emulator", "port": 0, "startup_timeout_s": 120,
-                   "extra_args": ["--emu-running-slots", "8", "--emu-decode-ms-per-token", "2"]},
+        "server": {
+            "mode": "launch",
+            "engine": "emulator",
+            "port": 0,
+            "startup_timeout_s": 120,
+            "extra_args": ["--emu-running-slots", "8", "--emu-decode-ms-per-token", "2"],
+        },
         "tiers": [{"name": "SHORT", "concurrency": 8, "max_tokens": 1024}],
         "partitions": [
-            {"name": f"p{i:02d}", "tier": "SHORT",
-             "input": str(write_prompts(tmp / f"{name}-p{i}.jsonl", batches * per_batch,
-                                        first=i * 1000))}
+            {
+                "name": f"p{i:02d}",
+                "tier": "SHORT",
+                "input": str(
+                    write_prompts(tmp / f"{name}-p{i}.jsonl", batches * per_batch, first=i * 1000)
+                ),
+            }
             for i in range(partitions)
         ],
         "output_dir": str(tmp / f"{name}-out"),
         "batch_size": per_batch,
-    }  # fmt: skip
+    }
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -122,8 +152,12 @@ def fan_out(srv: PrefectServer, pg: Postgres, config: Path, offset: int) -> dict
     started = time.monotonic()
     run = subprocess.run(
         [sys.executable, "-m", "eagle3_datagen_flows.cli", "run", str(config), "--fan-out"],
-        cwd=REPO, env=srv.env, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+        cwd=REPO,
+        env=srv.env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if run.returncode != 0:
         raise RuntimeError(run.stdout[-2000:] + run.stderr[-4000:])
     elapsed = time.monotonic() - started
@@ -150,11 +184,27 @@ def main(argv: list[str] | None = None) -> int:
     with running_postgres() as pg, server_on(pg) as srv:
         for pool in ("gpu-process", "cpu-process"):
             srv.cli("work-pool", "create", pool, "--type", "process")
-        srv.cli("--no-prompt", "deploy", "--name", "partition-job", "--prefect-file",
-                "deployments/prefect.yaml", timeout=600)  # fmt: skip
+        srv.cli(
+            "--no-prompt",
+            "deploy",
+            "--name",
+            "partition-job",
+            "--prefect-file",
+            "deployments/prefect.yaml",
+            timeout=600,
+        )
         for name in ("node-a", "node-b"):
-            srv.start("worker", "start", "--pool", "gpu-process", "--name", name, "--limit", "1",
-                      log=tmp / f"{name}.log")  # fmt: skip
+            srv.start(
+                "worker",
+                "start",
+                "--pool",
+                "gpu-process",
+                "--name",
+                name,
+                "--limit",
+                "1",
+                log=tmp / f"{name}.log",
+            )
         time.sleep(30)
         _, offset = requests_by_route(srv.home / "server.log", 0)
         idle_start, before_idle = time.monotonic(), offset
@@ -167,8 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for name, batches in (("small", 2), ("large", 6)):
             config = write_config(tmp, name, args.partitions, batches)
-            results[name] = {"batches_per_partition": batches,
-                             **fan_out(srv, pg, config, offset)}  # fmt: skip
+            results[name] = {"batches_per_partition": batches, **fan_out(srv, pg, config, offset)}
             offset = results[name].pop("log_end")
     print(json.dumps(results, indent=2))
     if args.json:

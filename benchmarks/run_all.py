@@ -78,19 +78,31 @@ def sizes(quick: bool, scale: float) -> dict[str, Any]:
 
     if quick:
         return {
-            "a_prompts": n(3000), "a_repeats": 1, "a_flow_prompts": n(1280),
-            "b": utilization.Scenario(decode_ms=0.5, prompts=(n(1500), n(1000), n(500)),
-                                      budget_prompts=(n(1500), n(500))),
-            "c_small": n(10_000), "c_big": n(200_000),
-            "d_prompts": n(500), "e_scale": scale, "f_scale": max(0.02, 0.25 * scale),
-        }  # fmt: skip
+            "a_prompts": n(3000),
+            "a_repeats": 1,
+            "a_flow_prompts": n(1280),
+            "b": utilization.Scenario(
+                decode_ms=0.5, prompts=(n(1500), n(1000), n(500)), budget_prompts=(n(1500), n(500))
+            ),
+            "c_small": n(10_000),
+            "c_big": n(200_000),
+            "d_prompts": n(500),
+            "e_scale": scale,
+            "f_scale": max(0.02, 0.25 * scale),
+        }
     return {
-        "a_prompts": n(10_000), "a_repeats": 3, "a_flow_prompts": n(2560),
-        "b": utilization.Scenario(prompts=(n(4500), n(3000), n(1500)),
-                                  budget_prompts=(n(6000), n(2000))),
-        "c_small": n(10_000), "c_big": n(1_000_000),
-        "d_prompts": n(2000), "e_scale": scale, "f_scale": scale,
-    }  # fmt: skip
+        "a_prompts": n(10_000),
+        "a_repeats": 3,
+        "a_flow_prompts": n(2560),
+        "b": utilization.Scenario(
+            prompts=(n(4500), n(3000), n(1500)), budget_prompts=(n(6000), n(2000))
+        ),
+        "c_small": n(10_000),
+        "c_big": n(1_000_000),
+        "d_prompts": n(2000),
+        "e_scale": scale,
+        "f_scale": scale,
+    }
 
 
 def figures(r: dict[str, Any]) -> list[Figure]:

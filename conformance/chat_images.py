@@ -34,8 +34,15 @@ from conformance.process import REPO, model_dir
 
 OUT = REPO / "tests" / "fixtures" / "kimi-images" / "chat-path-sglang-0.5.23.json"
 ASSETS = ("kimi-k2.5-mini", "kimi-k2.5-tiktoken")
-FLAGS = ["--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--trust-remote-code",
-         "--random-seed", "1"]  # fmt: skip
+FLAGS = [
+    "--tool-call-parser",
+    "kimi_k2",
+    "--reasoning-parser",
+    "kimi_k2",
+    "--trust-remote-code",
+    "--random-seed",
+    "1",
+]
 
 
 def _img(url: str) -> dict[str, Any]:
@@ -47,78 +54,157 @@ def _text(text: str) -> dict[str, Any]:
 
 
 def _calls(*ids: str) -> list[dict[str, Any]]:
-    return [{"id": i, "type": "function", "function": {"name": "look", "arguments": '{"n": 1}'}}
-            for i in ids]  # fmt: skip
+    return [
+        {"id": i, "type": "function", "function": {"name": "look", "arguments": '{"n": 1}'}}
+        for i in ids
+    ]
 
 
-TOOLS = [{"type": "function", "function": {"name": "look", "description": "Look.",
-          "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}}]  # fmt: skip
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "look",
+            "description": "Look.",
+            "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        },
+    }
+]
 
 
 def corpus() -> list[dict[str, Any]]:
     """The requests, each ``{"name", "request"}``."""
     ask = {"role": "assistant", "content": "", "tool_calls": _calls("c1", "c2")}
     cases: dict[str, dict[str, Any]] = {
-        "one_image": {"messages": [{"role": "user", "content": [_text("What is it?"),
-                                                                _img("a.png")]}]},
-        "image_first": {"messages": [{"role": "user", "content": [_img("a.png"),
-                                                                  _text("Describe.")]}]},
+        "one_image": {
+            "messages": [{"role": "user", "content": [_text("What is it?"), _img("a.png")]}]
+        },
+        "image_first": {
+            "messages": [{"role": "user", "content": [_img("a.png"), _text("Describe.")]}]
+        },
         "image_only": {"messages": [{"role": "user", "content": [_img("b.png")]}]},
-        "three_images": {"messages": [{"role": "user", "content": [
-            _img("a.png"), _text("versus"), _img("b.png"), _img("c.png"), _text("?")]}]},
-        "system_then_image": {"messages": [{"role": "system", "content": "Be brief."},
-                                           {"role": "user", "content": [_img("a.png")]}]},
-        "multi_turn": {"messages": [
-            {"role": "user", "content": [_text("First:"), _img("a.png")]},
-            {"role": "assistant", "content": "A cat."},
-            {"role": "user", "content": [_text("And this one?"), _img("b.png")]}]},
-        "multi_turn_reasoning": {"messages": [
-            {"role": "user", "content": [_img("a.png")]},
-            {"role": "assistant", "content": "A cat.", "reasoning_content": "Looks feline."},
-            {"role": "user", "content": "Sure?"}]},
-        "tools_declared": {"tools": TOOLS, "messages": [
-            {"role": "user", "content": [_text("Count."), _img("a.png")]}]},
-        "tool_results_in_order": {"tools": TOOLS, "messages": [
-            {"role": "user", "content": "Look at both."}, ask,
-            {"role": "tool", "tool_call_id": "c1", "content": [_img("a.png")]},
-            {"role": "tool", "tool_call_id": "c2", "content": [_img("b.png")]}]},
-        "tool_results_reversed": {"tools": TOOLS, "messages": [
-            {"role": "user", "content": "Look at both."}, ask,
-            {"role": "tool", "tool_call_id": "c2", "content": [_img("b.png")]},
-            {"role": "tool", "tool_call_id": "c1", "content": [_text("here"), _img("a.png")]}]},
-        "tool_results_reversed_text_only": {"tools": TOOLS, "messages": [
-            {"role": "user", "content": [_img("c.png")]}, ask,
-            {"role": "tool", "tool_call_id": "c2", "content": "two"},
-            {"role": "tool", "tool_call_id": "c1", "content": "one"}]},
-        "tool_results_reversed_mixed": {"tools": TOOLS, "messages": [
-            {"role": "user", "content": "Look."}, ask,
-            {"role": "tool", "tool_call_id": "c2", "content": [_img("b.png")]},
-            {"role": "tool", "tool_call_id": "c1", "content": "plain text"}]},
-        "tool_results_unknown_id": {"tools": TOOLS, "messages": [
-            {"role": "user", "content": "Look."}, ask,
-            {"role": "tool", "tool_call_id": "c9", "content": [_img("b.png")]},
-            {"role": "tool", "tool_call_id": "c1", "content": [_img("a.png")]}]},
-        "tool_run_then_follow_up": {"tools": TOOLS, "messages": [
-            {"role": "user", "content": [_img("c.png")]}, ask,
-            {"role": "tool", "tool_call_id": "c2", "content": [_img("b.png")]},
-            {"role": "tool", "tool_call_id": "c1", "content": [_img("a.png")]},
-            {"role": "assistant", "content": "Both seen."},
-            {"role": "user", "content": [_text("Again"), _img("d.png")]}]},
-        "image_in_assistant_history": {"messages": [
-            {"role": "user", "content": "Draw."},
-            {"role": "assistant", "content": [_text("Here:"), _img("a.png")]},
-            {"role": "user", "content": "Thanks."}]},
-        "data_uri": {"messages": [{"role": "user", "content": [
-            _img("data:image/png;base64,iVBORw0KGgo="), _text("?")]}]},
-        "same_image_twice": {"messages": [{"role": "user", "content": [
-            _img("a.png"), _img("a.png")]}]},
-        "kimi_image_part": {"messages": [{"role": "user", "content": [
-            {"type": "image", "image": "a.png"}]}]},
-        "image_url_as_string": {"messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": "a.png"}]}]},
-        "image_url_without_url": {"messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {}}]}]},
-    }  # fmt: skip
+        "three_images": {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        _img("a.png"),
+                        _text("versus"),
+                        _img("b.png"),
+                        _img("c.png"),
+                        _text("?"),
+                    ],
+                }
+            ]
+        },
+        "system_then_image": {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": [_img("a.png")]},
+            ]
+        },
+        "multi_turn": {
+            "messages": [
+                {"role": "user", "content": [_text("First:"), _img("a.png")]},
+                {"role": "assistant", "content": "A cat."},
+                {"role": "user", "content": [_text("And this one?"), _img("b.png")]},
+            ]
+        },
+        "multi_turn_reasoning": {
+            "messages": [
+                {"role": "user", "content": [_img("a.png")]},
+                {"role": "assistant", "content": "A cat.", "reasoning_content": "Looks feline."},
+                {"role": "user", "content": "Sure?"},
+            ]
+        },
+        "tools_declared": {
+            "tools": TOOLS,
+            "messages": [{"role": "user", "content": [_text("Count."), _img("a.png")]}],
+        },
+        "tool_results_in_order": {
+            "tools": TOOLS,
+            "messages": [
+                {"role": "user", "content": "Look at both."},
+                ask,
+                {"role": "tool", "tool_call_id": "c1", "content": [_img("a.png")]},
+                {"role": "tool", "tool_call_id": "c2", "content": [_img("b.png")]},
+            ],
+        },
+        "tool_results_reversed": {
+            "tools": TOOLS,
+            "messages": [
+                {"role": "user", "content": "Look at both."},
+                ask,
+                {"role": "tool", "tool_call_id": "c2", "content": [_img("b.png")]},
+                {"role": "tool", "tool_call_id": "c1", "content": [_text("here"), _img("a.png")]},
+            ],
+        },
+        "tool_results_reversed_text_only": {
+            "tools": TOOLS,
+            "messages": [
+                {"role": "user", "content": [_img("c.png")]},
+                ask,
+                {"role": "tool", "tool_call_id": "c2", "content": "two"},
+                {"role": "tool", "tool_call_id": "c1", "content": "one"},
+            ],
+        },
+        "tool_results_reversed_mixed": {
+            "tools": TOOLS,
+            "messages": [
+                {"role": "user", "content": "Look."},
+                ask,
+                {"role": "tool", "tool_call_id": "c2", "content": [_img("b.png")]},
+                {"role": "tool", "tool_call_id": "c1", "content": "plain text"},
+            ],
+        },
+        "tool_results_unknown_id": {
+            "tools": TOOLS,
+            "messages": [
+                {"role": "user", "content": "Look."},
+                ask,
+                {"role": "tool", "tool_call_id": "c9", "content": [_img("b.png")]},
+                {"role": "tool", "tool_call_id": "c1", "content": [_img("a.png")]},
+            ],
+        },
+        "tool_run_then_follow_up": {
+            "tools": TOOLS,
+            "messages": [
+                {"role": "user", "content": [_img("c.png")]},
+                ask,
+                {"role": "tool", "tool_call_id": "c2", "content": [_img("b.png")]},
+                {"role": "tool", "tool_call_id": "c1", "content": [_img("a.png")]},
+                {"role": "assistant", "content": "Both seen."},
+                {"role": "user", "content": [_text("Again"), _img("d.png")]},
+            ],
+        },
+        "image_in_assistant_history": {
+            "messages": [
+                {"role": "user", "content": "Draw."},
+                {"role": "assistant", "content": [_text("Here:"), _img("a.png")]},
+                {"role": "user", "content": "Thanks."},
+            ]
+        },
+        "data_uri": {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [_img("data:image/png;base64,iVBORw0KGgo="), _text("?")],
+                }
+            ]
+        },
+        "same_image_twice": {
+            "messages": [{"role": "user", "content": [_img("a.png"), _img("a.png")]}]
+        },
+        "kimi_image_part": {
+            "messages": [{"role": "user", "content": [{"type": "image", "image": "a.png"}]}]
+        },
+        "image_url_as_string": {
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": "a.png"}]}]
+        },
+        "image_url_without_url": {
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]
+        },
+    }
     return [{"name": name, "request": {"model": "m", **req}} for name, req in cases.items()]
 
 
@@ -140,13 +226,22 @@ def _serving_chat(asset: str, work: Path) -> Any:
     args.check_server_args()
     resolve_auto_parsers(args)
     publish(args, role="tokenizer")
-    settings = FakeSettings(kv_pool_tokens=None, latency_s=0.0, log_path=None,
-                            mean_output_tokens=8.0, max_output_tokens=8,
-                            outputs_path=None)  # fmt: skip
+    settings = FakeSettings(
+        kv_pool_tokens=None,
+        latency_s=0.0,
+        log_path=None,
+        mean_output_tokens=8.0,
+        max_output_tokens=8,
+        outputs_path=None,
+    )
     manager = FakeTokenizerManager(args, settings)
     templates = TemplateManager()
-    templates.initialize_templates(tokenizer_manager=manager, model_path=str(path),
-                                   chat_template=None, completion_template=None)  # fmt: skip
+    templates.initialize_templates(
+        tokenizer_manager=manager,
+        model_path=str(path),
+        chat_template=None,
+        completion_template=None,
+    )
     return OpenAIServingChat(manager, templates)
 
 

@@ -37,8 +37,15 @@ import httpx
 from conformance.process import REPO, RealAppProcess, model_dir
 
 SEED = 19
-FLAGS = ["--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--trust-remote-code",
-         "--random-seed", "1"]  # fmt: skip
+FLAGS = [
+    "--tool-call-parser",
+    "kimi_k2",
+    "--reasoning-parser",
+    "kimi_k2",
+    "--trust-remote-code",
+    "--random-seed",
+    "1",
+]
 ASSETS = ("kimi-k2.5-mini", "kimi-k2.5-tiktoken")
 OUT = REPO / "tests" / "fixtures" / "sglang-0.5.23" / "chat_render"
 
@@ -53,11 +60,13 @@ def _tool(rng: random.Random, name: str) -> dict[str, Any]:
     """A tool declaration in one of the shapes clients send."""
     params: dict[str, Any] = {
         "type": "object",
-        "properties": {"city": {"type": "string", "description": "a city"},
-                       "days": {"type": rng.choice(["integer", "int64", "bigint", "number"])},
-                       "unit": {"type": "string", "enum": ["c", "f"]}},
+        "properties": {
+            "city": {"type": "string", "description": "a city"},
+            "days": {"type": rng.choice(["integer", "int64", "bigint", "number"])},
+            "unit": {"type": "string", "enum": ["c", "f"]},
+        },
         "required": ["city"],
-    }  # fmt: skip
+    }
     function: dict[str, Any] = {"name": name, "parameters": params}
     shape = rng.randrange(7)
     if shape == 0:
@@ -110,8 +119,11 @@ def _arguments(rng: random.Random) -> tuple[str | dict[str, Any], dict[str, Any]
 
 def _call(rng: random.Random, name: str, call_id: str) -> dict[str, Any]:
     arguments, _ = _arguments(rng)
-    call: dict[str, Any] = {"id": call_id, "type": "function",
-                            "function": {"name": name, "arguments": arguments}}  # fmt: skip
+    call: dict[str, Any] = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
     if rng.random() < 0.2:
         call["index"] = 0
     return call
@@ -142,14 +154,21 @@ def _tool_turns(
     if regenerated:
         for i, name in enumerate(chosen):
             _, value = _arguments(rng)
-            tool_calls.append({"id": f"functions.{name}:{counter[0] + i}", "index": i,
-                               "type": "function",
-                               "function": {"name": name, "arguments": json.dumps(
-                                   value, ensure_ascii=False)}})  # fmt: skip
+            tool_calls.append(
+                {
+                    "id": f"functions.{name}:{counter[0] + i}",
+                    "index": i,
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(value, ensure_ascii=False)},
+                }
+            )
         said = rng.choice(["", "Let me check."])
-        assistant: dict[str, Any] = {"role": "assistant", "content": said,
-                                     "reasoning_content": _text(rng, 6),
-                                     "tool_calls": tool_calls}  # fmt: skip
+        assistant: dict[str, Any] = {
+            "role": "assistant",
+            "content": said,
+            "reasoning_content": _text(rng, 6),
+            "tool_calls": tool_calls,
+        }
     else:
         tool_calls = [_call(rng, n, f"call_{rng.randrange(10**6):06d}") for n in chosen]
         assistant = {"role": "assistant", "tool_calls": tool_calls}
@@ -163,8 +182,9 @@ def _tool_turns(
     return [assistant, *results]
 
 
-def _conversation(rng: random.Random, *, tools: bool, turns: int, regenerated: bool,
-                  system: bool) -> dict[str, Any]:  # fmt: skip
+def _conversation(
+    rng: random.Random, *, tools: bool, turns: int, regenerated: bool, system: bool
+) -> dict[str, Any]:
     names = ["get_weather", "search-web", "calc_sum"][: rng.randrange(1, 4)]
     messages: list[dict[str, Any]] = []
     if system:
@@ -178,8 +198,13 @@ def _conversation(rng: random.Random, *, tools: bool, turns: int, regenerated: b
         last = turn == turns - 1
         if tools and rng.random() < 0.8:
             for _ in range(rng.randrange(1, 3)):
-                messages += _tool_turns(rng, names, regenerated=regenerated, counter=counter,
-                                        calls=rng.choice([1, 1, 2, 3]))  # fmt: skip
+                messages += _tool_turns(
+                    rng,
+                    names,
+                    regenerated=regenerated,
+                    counter=counter,
+                    calls=rng.choice([1, 1, 2, 3]),
+                )
         if not last:
             reply: dict[str, Any] = {"role": "assistant", "content": _text(rng, 6)}
             if rng.random() < 0.5:
@@ -193,10 +218,18 @@ def _conversation(rng: random.Random, *, tools: bool, turns: int, regenerated: b
 
 def _special_cases() -> list[tuple[str, dict[str, Any]]]:
     """Hand-written edges: each pins one step of SGLang's chat path."""
-    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}}}}  # fmt: skip
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}  # fmt: skip
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+    }
     user = {"role": "user", "content": "Weather in Paris?"}
     # fmt: off
     return [
@@ -242,8 +275,13 @@ def corpus(seed: int = SEED) -> list[tuple[str, dict[str, Any]]]:
     kinds = [("chat", False, False), ("tools", True, False), ("all_turns", True, True)]
     for i in range(72):
         for kind, tools, regenerated in kinds:
-            request = _conversation(rng, tools=tools, turns=rng.randrange(1, 5),
-                                    regenerated=regenerated, system=rng.random() < 0.4)  # fmt: skip
+            request = _conversation(
+                rng,
+                tools=tools,
+                turns=rng.randrange(1, 5),
+                regenerated=regenerated,
+                system=rng.random() < 0.4,
+            )
             if rng.random() < 0.15:
                 request["chat_template_kwargs"] = {"thinking": False}
             cases.append((f"{kind}_{i:03d}", request))
@@ -255,8 +293,13 @@ def corpus(seed: int = SEED) -> list[tuple[str, dict[str, Any]]]:
 
 def ask(client: httpx.Client, url: str, request: dict[str, Any]) -> dict[str, Any]:
     """What SGLang's chat path made of ``request``: its prompt ids, or its refusal."""
-    body = {"model": "default", **request, "max_tokens": 1, "temperature": 0,
-            "return_prompt_token_ids": True}  # fmt: skip
+    body = {
+        "model": "default",
+        **request,
+        "max_tokens": 1,
+        "temperature": 0,
+        "return_prompt_token_ids": True,
+    }
     response = client.post(f"{url}/v1/chat/completions", json=body, timeout=120)
     if response.status_code != 200:
         return {"status": response.status_code, "error": response.text}
@@ -267,8 +310,10 @@ def ask(client: httpx.Client, url: str, request: dict[str, Any]) -> dict[str, An
 def record_asset(asset: str, work: Path) -> dict[str, Any]:
     app = RealAppProcess(work, *FLAGS, model_path=model_dir(work, asset))
     with app, httpx.Client() as client:
-        cases = [{"name": name, "request": request, **ask(client, app.url, request)}
-                 for name, request in corpus()]  # fmt: skip
+        cases = [
+            {"name": name, "request": request, **ask(client, app.url, request)}
+            for name, request in corpus()
+        ]
     return {
         "about": "SGLang 0.5.23's POST /v1/chat/completions over the corpus of "
         "conformance/chat_render.py; prompt_ids as the response's prompt_token_ids",

@@ -33,18 +33,38 @@ FIXTURES = REPO / "tests" / "fixtures" / "sglang-0.5.23" / "chat-response"
 TOKENIZERS = ("kimi-k2.5-mini", "kimi-k2.5-tiktoken")
 PARSER_FLAGS = ("--reasoning-parser", "kimi_k2", "--tool-call-parser", "kimi_k2")
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather of a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
-                                                     "unit": {"type": "string"}},
-                   "required": ["city"]}}}  # fmt: skip
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "Local time of a time zone.",
-    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}},
-                   "required": ["zone"]}}}  # fmt: skip
-DASHED = {"type": "function", "function": {
-    "name": "web-search", "description": "Search the web.",
-    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}}  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather of a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Local time of a time zone.",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string"}},
+            "required": ["zone"],
+        },
+    },
+}
+DASHED = {
+    "type": "function",
+    "function": {
+        "name": "web-search",
+        "description": "Search the web.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+    },
+}
 
 S, E = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 END = "<|im_end|>"
@@ -57,14 +77,26 @@ def call(head: str, args: str) -> str:
 ASK = [{"role": "user", "content": "Weather in Paris, and the time there?"}]
 HISTORY_2_CALLS: list[dict[str, Any]] = [
     *ASK,
-    {"role": "assistant", "content": "", "reasoning_content": "Both.", "tool_calls": [
-        {"id": "functions.get_weather:0", "type": "function",
-         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-        {"id": "functions.get_time:1", "type": "function",
-         "function": {"name": "get_time", "arguments": '{"zone": "Europe/Paris"}'}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "Both.",
+        "tool_calls": [
+            {
+                "id": "functions.get_weather:0",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            },
+            {
+                "id": "functions.get_time:1",
+                "type": "function",
+                "function": {"name": "get_time", "arguments": '{"zone": "Europe/Paris"}'},
+            },
+        ],
+    },
     {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "18 C"},
     {"role": "tool", "tool_call_id": "functions.get_time:1", "content": "14:05"},
-]  # fmt: skip
+]
 PARIS = call("functions.get_weather:0", '{"city": "Paris"}')
 CET = call("functions.get_time:1", '{"zone": "CET"}')
 SEARCH = call("functions.web-search:0", '{"query": "x"}')
@@ -184,12 +216,21 @@ def _recorded_turns() -> list[Case]:
     from conformance.record import REGEN_LINE, REGEN_TOOL
 
     return [
-        Case(f"recorded_{stem}", f"the output ids of the recorded /generate answer {stem}", "",
-             messages=list(REGEN_LINE["messages"][:1]), tools=[REGEN_TOOL], ids_from=stem,
-             tokenizers=("kimi-k2.5-mini",))
-        for stem in ("generate_all_turns_tool_call", "generate_sample_0_turn_0",
-                     "generate_sample_2_turn_0")
-    ]  # fmt: skip
+        Case(
+            f"recorded_{stem}",
+            f"the output ids of the recorded /generate answer {stem}",
+            "",
+            messages=list(REGEN_LINE["messages"][:1]),
+            tools=[REGEN_TOOL],
+            ids_from=stem,
+            tokenizers=("kimi-k2.5-mini",),
+        )
+        for stem in (
+            "generate_all_turns_tool_call",
+            "generate_sample_0_turn_0",
+            "generate_sample_2_turn_0",
+        )
+    ]
 
 
 CASES += _recorded_turns()
@@ -203,8 +244,7 @@ def output_ids(tok: Any, case: Case) -> list[int]:
 
 
 def chat_body(case: Case, rid: str) -> dict[str, Any]:
-    body: dict[str, Any] = {"messages": case.messages, "rid": rid,
-                            "max_tokens": case.max_tokens}  # fmt: skip
+    body: dict[str, Any] = {"messages": case.messages, "rid": rid, "max_tokens": case.max_tokens}
     if case.tools is not None:
         body["tools"] = case.tools
     if case.chat_template_kwargs is not None:
@@ -239,16 +279,18 @@ def run_cases(work: Path, asset: str, cases: list[Case] | None = None) -> list[d
             assert got.status_code == 200, (case.name, got.text)
             choice = got.json()["choices"][0]
             [served] = [a for a in app.answers() if a["rid"] == rid]
-            entries.append({
-                "name": case.name,
-                "about": case.about,
-                "request": {k: v for k, v in body.items() if k not in ("rid", "max_tokens")},
-                "prompt_ids": served["input_ids"],
-                "output_ids": served["output_ids"],
-                "finish_reason": served["finish_reason"],
-                "sglang_finish_reason": choice["finish_reason"],
-                "message": _drop_nulls(choice["message"]),
-            })  # fmt: skip
+            entries.append(
+                {
+                    "name": case.name,
+                    "about": case.about,
+                    "request": {k: v for k, v in body.items() if k not in ("rid", "max_tokens")},
+                    "prompt_ids": served["input_ids"],
+                    "output_ids": served["output_ids"],
+                    "finish_reason": served["finish_reason"],
+                    "sglang_finish_reason": choice["finish_reason"],
+                    "message": _drop_nulls(choice["message"]),
+                }
+            )
     return entries
 
 
@@ -256,8 +298,12 @@ def record(work: Path) -> None:
     FIXTURES.mkdir(parents=True, exist_ok=True)
     for asset in TOKENIZERS:
         entries = run_cases(work / asset, asset)
-        doc = {"sglang": "0.5.23", "launch_flags": list(PARSER_FLAGS), "tokenizer": asset,
-               "cases": entries}  # fmt: skip
+        doc = {
+            "sglang": "0.5.23",
+            "launch_flags": list(PARSER_FLAGS),
+            "tokenizer": asset,
+            "cases": entries,
+        }
         (FIXTURES / f"{asset}.json").write_text(
             json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
         )

@@ -129,9 +129,15 @@ def exposition(work: Path) -> str:
     from conformance.process import RealAppProcess
 
     with RealAppProcess(
-        work, "--enable-metrics", "--max-running-requests", "2", "--fake-latency-s", "3",
-        "--served-model-name", "moonshotai/Kimi-K2.5",
-    ) as app:  # fmt: skip
+        work,
+        "--enable-metrics",
+        "--max-running-requests",
+        "2",
+        "--fake-latency-s",
+        "3",
+        "--served-model-name",
+        "moonshotai/Kimi-K2.5",
+    ) as app:
         body = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 600}}
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             futures = [

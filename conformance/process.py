@@ -56,8 +56,15 @@ class RealAppProcess:
         self.model_path = model_path or model_dir(work)
         self.log = log or work / f"fake-{self.port}.jsonl"
         self.out_path = work / f"real-app-{self.port}-{time.monotonic_ns()}.log"
-        self.argv = ["--model-path", str(self.model_path), "--host", "127.0.0.1",
-                     "--port", str(self.port), *flags]  # fmt: skip
+        self.argv = [
+            "--model-path",
+            str(self.model_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *flags,
+        ]
         cmd = [sys.executable, "-m", "conformance.server", *self.argv, "--fake-log", str(self.log)]
         with self.out_path.open("wb") as out:
             self.proc = subprocess.Popen(
@@ -75,9 +82,15 @@ class RealAppProcess:
 
     def wait_ready(self, timeout_s: float = 120.0) -> Self:
         """Until `/health` answers 200 (after SGLang's own warm-up request)."""
-        if wait_healthy(self.proc, self.url, what="real app",
-                        output=lambda: self.output[-3000:], timeout_s=timeout_s,
-                        request_timeout_s=25.0, interval_s=0.2):  # fmt: skip
+        if wait_healthy(
+            self.proc,
+            self.url,
+            what="real app",
+            output=lambda: self.output[-3000:],
+            timeout_s=timeout_s,
+            request_timeout_s=25.0,
+            interval_s=0.2,
+        ):
             return self
         self.stop()
         raise TimeoutError(f"real app at {self.url} not healthy after {timeout_s}s")

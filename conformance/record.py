@@ -36,9 +36,17 @@ KEY = "conformance-recording-key"
 PLACEHOLDER = "<api-key>"
 STOP = 664  # <|im_end|> of the bundled Kimi-style tokenizer
 MAIN_FLAGS = [
-    "--context-length", "4096", "--api-key", KEY, "--max-running-requests", "2",
-    "--max-queued-requests", "1", "--random-seed", "1234",
-]  # fmt: skip
+    "--context-length",
+    "4096",
+    "--api-key",
+    KEY,
+    "--max-running-requests",
+    "2",
+    "--max-queued-requests",
+    "1",
+    "--random-seed",
+    "1234",
+]
 FLAG_TABLE = REPO / "src" / "sglang_emulator" / "sglang_flags.tsv"
 
 
@@ -49,8 +57,11 @@ def _scrub(value: Any) -> Any:
 
 
 def _auth(kind: str = "key") -> dict[str, str]:
-    return {"key": {"Authorization": f"Bearer {KEY}"}, "wrong": {"Authorization": "Bearer no"},
-            "none": {}}[kind]  # fmt: skip
+    return {
+        "key": {"Authorization": f"Bearer {KEY}"},
+        "wrong": {"Authorization": "Bearer no"},
+        "none": {},
+    }[kind]
 
 
 class Recorder:
@@ -150,50 +161,122 @@ def record_main_app(rec: Recorder) -> None:
             "stop_token_ids": [STOP],
             "ignore_eos": False,
         }
-        rec.http(app, "generate_stop", "a stop token ends the output and stays in output_ids",
-                 _gen("rec-stop", [1, 2, 3], **stop))  # fmt: skip
-        rec.http(app, "generate_success", "the pipeline's request shape: every sampling key "
-                 "it sends", _gen("rec-success", [1, 2, 3, 4], max_new_tokens=64,
-                 temperature=0.7, top_p=0.95, top_k=50, min_p=0.0, repetition_penalty=1.0,
-                 stop_token_ids=[STOP], ignore_eos=False, skip_special_tokens=False,
-                 no_stop_trim=True))  # fmt: skip
-        rec.http(app, "generate_length", "max_new_tokens reached",
-                 _gen("rec-length", [5, 6], max_new_tokens=3))  # fmt: skip
-        rec.http(app, "generate_abort", "a request aborted while running: HTTP 200, "
-                 "finish_reason abort", _gen("rec-conformance:hold", [1, 2], max_new_tokens=5),
-                 abort_rid="rec-conformance:hold")  # fmt: skip
-        rec.http(app, "error_contract_unknown_key", "an unknown sampling key: the strict "
-                 "request contract's plain-string error",
-                 _gen("rec-contract", [1], max_new_tokens=1, foo=1))  # fmt: skip
-        rec.http(app, "error_contract_wrong_type", "a wrong JSON type in the contract",
-                 _gen("rec-type", [1], max_new_tokens="three"))  # fmt: skip
-        rec.http(app, "error_prompt_too_long", "an input as long as the context (ValueError)",
-                 _gen("rec-too-long", [7] * 4096, max_new_tokens=1))  # fmt: skip
-        rec.http(app, "error_total_over_context", "input + max_new_tokens over the context",
-                 _gen("rec-total", [7] * 3996, max_new_tokens=101))  # fmt: skip
-        rec.http(app, "error_input_over_max_req_input_len", "the scheduler's input-length "
-                 "abort (max_req_input_len), a 400",
-                 _gen("rec-max-input", [7] * 4090, max_new_tokens=1))  # fmt: skip
-        rec.http(app, "error_verify_repetition_penalty", "SamplingParams.verify: "
-                 "repetition_penalty must be in (0, 2]",
-                 _gen("rec-verify", [1], max_new_tokens=1, repetition_penalty=0.0))  # fmt: skip
-        rec.http(app, "error_verify_temperature", "SamplingParams.verify: temperature >= 0",
-                 _gen("rec-verify-t", [1], max_new_tokens=1, temperature=-1.0))  # fmt: skip
+        rec.http(
+            app,
+            "generate_stop",
+            "a stop token ends the output and stays in output_ids",
+            _gen("rec-stop", [1, 2, 3], **stop),
+        )
+        rec.http(
+            app,
+            "generate_success",
+            "the pipeline's request shape: every sampling key it sends",
+            _gen(
+                "rec-success",
+                [1, 2, 3, 4],
+                max_new_tokens=64,
+                temperature=0.7,
+                top_p=0.95,
+                top_k=50,
+                min_p=0.0,
+                repetition_penalty=1.0,
+                stop_token_ids=[STOP],
+                ignore_eos=False,
+                skip_special_tokens=False,
+                no_stop_trim=True,
+            ),
+        )
+        rec.http(
+            app,
+            "generate_length",
+            "max_new_tokens reached",
+            _gen("rec-length", [5, 6], max_new_tokens=3),
+        )
+        rec.http(
+            app,
+            "generate_abort",
+            "a request aborted while running: HTTP 200, finish_reason abort",
+            _gen("rec-conformance:hold", [1, 2], max_new_tokens=5),
+            abort_rid="rec-conformance:hold",
+        )
+        rec.http(
+            app,
+            "error_contract_unknown_key",
+            "an unknown sampling key: the strict request contract's plain-string error",
+            _gen("rec-contract", [1], max_new_tokens=1, foo=1),
+        )
+        rec.http(
+            app,
+            "error_contract_wrong_type",
+            "a wrong JSON type in the contract",
+            _gen("rec-type", [1], max_new_tokens="three"),
+        )
+        rec.http(
+            app,
+            "error_prompt_too_long",
+            "an input as long as the context (ValueError)",
+            _gen("rec-too-long", [7] * 4096, max_new_tokens=1),
+        )
+        rec.http(
+            app,
+            "error_total_over_context",
+            "input + max_new_tokens over the context",
+            _gen("rec-total", [7] * 3996, max_new_tokens=101),
+        )
+        rec.http(
+            app,
+            "error_input_over_max_req_input_len",
+            "the scheduler's input-length abort (max_req_input_len), a 400",
+            _gen("rec-max-input", [7] * 4090, max_new_tokens=1),
+        )
+        rec.http(
+            app,
+            "error_verify_repetition_penalty",
+            "SamplingParams.verify: repetition_penalty must be in (0, 2]",
+            _gen("rec-verify", [1], max_new_tokens=1, repetition_penalty=0.0),
+        )
+        rec.http(
+            app,
+            "error_verify_temperature",
+            "SamplingParams.verify: temperature >= 0",
+            _gen("rec-verify-t", [1], max_new_tokens=1, temperature=-1.0),
+        )
         held = _gen("rec-dup-conformance:hold", [1, 2], max_new_tokens=5)
         rec.http(app, "error_duplicate_rid", "a rid still in flight", held, background=[held])
-        rec.http(app, "error_malformed_json", "a body that is not JSON",
-                 {"method": "POST", "path": "/generate", "headers": _auth(),
-                  "body_text": '{"input_ids": [1,'})  # fmt: skip
-        rec.http(app, "error_queue_full", "2 running + 1 queued already: 503",
-                 _gen("rec-queue-4", [1], max_new_tokens=2),
-                 background=[_gen(f"rec-q{i}-conformance:hold", [1], max_new_tokens=2)
-                             for i in range(3)])  # fmt: skip
-        rec.http(app, "auth_wrong_key", "a wrong API key",
-                 _gen("rec-wrong", [1], auth="wrong", max_new_tokens=1))  # fmt: skip
+        rec.http(
+            app,
+            "error_malformed_json",
+            "a body that is not JSON",
+            {
+                "method": "POST",
+                "path": "/generate",
+                "headers": _auth(),
+                "body_text": '{"input_ids": [1,',
+            },
+        )
+        rec.http(
+            app,
+            "error_queue_full",
+            "2 running + 1 queued already: 503",
+            _gen("rec-queue-4", [1], max_new_tokens=2),
+            background=[
+                _gen(f"rec-q{i}-conformance:hold", [1], max_new_tokens=2) for i in range(3)
+            ],
+        )
+        rec.http(
+            app,
+            "auth_wrong_key",
+            "a wrong API key",
+            _gen("rec-wrong", [1], auth="wrong", max_new_tokens=1),
+        )
         rec.http(app, "auth_missing_key", "no API key", _get("/server_info", auth="none"))
         rec.http(app, "auth_health_exempt", "/health needs no key", _get("/health", auth="none"))
-        rec.http(app, "oov_input_ids_accepted", "input ids outside the vocabulary are not "
-                 "checked", _gen("rec-oov", [10**6, 1], max_new_tokens=2))  # fmt: skip
+        rec.http(
+            app,
+            "oov_input_ids_accepted",
+            "input ids outside the vocabulary are not checked",
+            _gen("rec-oov", [10**6, 1], max_new_tokens=2),
+        )
         rec.http(app, "server_info", "GET /server_info", _get("/server_info"))
         rec.http(app, "model_info", "GET /model_info", _get("/model_info"))
         rec.http(app, "v1_models", "GET /v1/models", _get("/v1/models"))
@@ -209,10 +292,13 @@ REGEN_TOOL: dict[str, Any] = {
     "function": {
         "name": "get_weather",
         "description": "Current weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
     },
-}  # fmt: skip
+}
 # Three assistant turns: a tool call (the fake model makes it: ``[[call ...]]``, see
 # sglang_emulator/fake_model.py), the answer after the tool result, a reply to a follow-up. The
 # fake model's turns 1 and 2 call no tool for exactly this text (its calls are drawn from the
@@ -222,15 +308,23 @@ REGEN_LINE: dict[str, Any] = {
     "tools": [REGEN_TOOL],
     "messages": [
         {"role": "user", "content": 'Weather in Paris? [[call get_weather {"city": "Paris"}]]'},
-        {"role": "assistant", "content": "Let me look.", "tool_calls": [
-            {"id": "call_7", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {
+            "role": "assistant",
+            "content": "Let me look.",
+            "tool_calls": [
+                {
+                    "id": "call_7",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_7", "content": '{"temp_c": 18, "sky": "clear"}'},
         {"role": "assistant", "content": "It is 18 C in Paris."},
         {"role": "user", "content": "And should I take a coat tomorrow?"},
         {"role": "assistant", "content": "Yes, a light one."},
     ],
-}  # fmt: skip
+}
 
 
 class Regeneration:
@@ -242,15 +336,24 @@ class Regeneration:
         from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
         from eagle3_datagen.render.token_ids import TokenIds
 
-        self.config = PipelineConfig.model_validate({
-            "model": {"path": str(ASSETS / "kimi-k2.5-mini")},
-            "sampling": {"seed": 7},
-            "tiers": [{"name": "T", "concurrency": 4, "max_tokens": 256}],
-            "partitions": [{"name": "p", "input": "in.jsonl", "tier": "T",
-                            "regenerate": "all_turns", "samples": 3,
-                            "temperatures": [0.0, 0.6, 1.0]}],
-            "output_dir": "out",
-        })  # fmt: skip
+        self.config = PipelineConfig.model_validate(
+            {
+                "model": {"path": str(ASSETS / "kimi-k2.5-mini")},
+                "sampling": {"seed": 7},
+                "tiers": [{"name": "T", "concurrency": 4, "max_tokens": 256}],
+                "partitions": [
+                    {
+                        "name": "p",
+                        "input": "in.jsonl",
+                        "tier": "T",
+                        "regenerate": "all_turns",
+                        "samples": 3,
+                        "temperatures": [0.0, 0.6, 1.0],
+                    }
+                ],
+                "output_dir": "out",
+            }
+        )
         self.partition = self.config.partitions[0]
         self.tokenizer = ChatTokenizer(self.config.model.path)
         self.ids = TokenIds.resolve(self.tokenizer, self.config.special_tokens)
@@ -263,8 +366,9 @@ class Regeneration:
 
         return parse_prompt(REGEN_LINE, line)
 
-    def request(self, prompt: Any, ids: list[int], turn: int, sample: int, *,
-                turns: bool = True) -> dict[str, Any]:  # fmt: skip
+    def request(
+        self, prompt: Any, ids: list[int], turn: int, sample: int, *, turns: bool = True
+    ) -> dict[str, Any]:
         """The /generate request of one turn of one sample (PartitionRunner._sampling and
         _generate: the sample's temperature, the record's seed, the rid with its id suffix)."""
         from eagle3_datagen.generate.conversation import record_id
@@ -278,8 +382,9 @@ class Regeneration:
         seed = self.config.sampling.request_seed(rec_id)
         assert seed is not None
         sampling["sampling_seed"] = seed
-        rid = request_id(REGEN_RUN, self.partition.name, f"{prompt.line}{rec_id[len(prompt.id):]}",
-                         0)  # fmt: skip
+        rid = request_id(
+            REGEN_RUN, self.partition.name, f"{prompt.line}{rec_id[len(prompt.id) :]}", 0
+        )
         body = {"input_ids": ids, "sampling_params": sampling, "rid": rid}
         return {"method": "POST", "path": "/generate", "headers": _auth(), "body": body}
 
@@ -308,8 +413,11 @@ def record_regeneration(rec: Recorder, app: RealAppProcess) -> None:
     slots = plan_turns(prompt, "all_turns")
     assert len(slots) == 3, slots
     history = prompt.messages[: slots[0].history_end]
-    names = ("generate_all_turns_tool_call", "generate_all_turns_after_tool_result",
-             "generate_all_turns_after_follow_up")  # fmt: skip
+    names = (
+        "generate_all_turns_tool_call",
+        "generate_all_turns_after_tool_result",
+        "generate_all_turns_after_follow_up",
+    )
     abouts = (
         "regenerate: all_turns, sample 1 (temperature 0.6, its own sampling_seed), turn 0: "
         "the model answers with a tool-call section; rid ...#s1#t0",
@@ -327,26 +435,36 @@ def record_regeneration(rec: Recorder, app: RealAppProcess) -> None:
         answer = json.loads((rec.out / f"{names[pos]}.json").read_text())["response"]
         output_ids = answer["body"]["output_ids"]
         finish = answer["body"]["meta_info"]["finish_reason"]["type"]
-        message, calls = served_turn(regen.tokenizer, history, prompt.tools, ids, output_ids,
-                                     finish)  # fmt: skip
+        message, calls = served_turn(
+            regen.tokenizer, history, prompt.tools, ids, output_ids, finish
+        )
         diverged = tool_call_divergence(slot.data, calls)
         assert diverged is None, f"{names[pos]}: the conversation would stop: {diverged}"
-        history = continue_history(history, message, calls or [], slot, slots[pos + 1],
-                                   prompt.messages)  # fmt: skip
+        history = continue_history(
+            history, message, calls or [], slot, slots[pos + 1], prompt.messages
+        )
     first = regen.render(prompt, prompt.messages[: slots[0].history_end])
     for sample in (0, 2):
         temperature = regen.partition.temperature(sample, 0.0)
-        rec.http(app, f"generate_sample_{sample}_turn_0", f"sample {sample} of 3 of the same "
-                 f"prompt: temperature {temperature}"
-                 f"{' (greedy)' if temperature == 0.0 else ''}, its own sampling_seed; "
-                 f"rid ...#s{sample}#t0",
-                 regen.request(prompt, first, 0, sample))  # fmt: skip
+        rec.http(
+            app,
+            f"generate_sample_{sample}_turn_0",
+            f"sample {sample} of 3 of the same "
+            f"prompt: temperature {temperature}"
+            f"{' (greedy)' if temperature == 0.0 else ''}, its own sampling_seed; "
+            f"rid ...#s{sample}#t0",
+            regen.request(prompt, first, 0, sample),
+        )
 
 
 def record_unseeded(rec: Recorder) -> None:
     with RealAppProcess(rec.work, "--context-length", "4096") as app:
-        rec.http(app, "server_info_unseeded", "no --random-seed: SGLang draws one per launch",
-                 _get("/server_info", auth="none"))  # fmt: skip
+        rec.http(
+            app,
+            "server_info_unseeded",
+            "no --random-seed: SGLang draws one per launch",
+            _get("/server_info", auth="none"),
+        )
 
 
 def record_startup(rec: Recorder) -> None:
@@ -364,29 +482,46 @@ def record_startup(rec: Recorder) -> None:
             time.sleep(0.2)
     finally:
         app.stop()
-    rec.write("health_startup", {
-        "kind": "health_startup",
-        "about": "GET /health from launch to ready: refused (0), 503 during warm-up, 200",
-        "launch_args": [],
-        "harness_args": ["--fake-load-s", "3", "--fake-warmup-delay-s", "4"],
-        "statuses": seen,
-    })  # fmt: skip
+    rec.write(
+        "health_startup",
+        {
+            "kind": "health_startup",
+            "about": "GET /health from launch to ready: refused (0), 503 during warm-up, 200",
+            "launch_args": [],
+            "harness_args": ["--fake-load-s", "3", "--fake-warmup-delay-s", "4"],
+            "statuses": seen,
+        },
+    )
 
 
 def record_launch(rec: Recorder, name: str, about: str, *flags: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "conformance.server", "--model-path",
-         str(model_dir(rec.work)), *flags, "--fake-load-s", "600"],
-        capture_output=True, text=True, cwd=REPO, timeout=180,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "conformance.server",
+            "--model-path",
+            str(model_dir(rec.work)),
+            *flags,
+            "--fake-load-s",
+            "600",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=180,
+    )
     errors = [line for line in done.stderr.splitlines() if ": error: " in line]
-    rec.write(name, {
-        "kind": "launch",
-        "about": about,
-        "launch_args": list(flags),
-        "exit_code": done.returncode,
-        "error": errors[-1].split(": error: ", 1)[1] if errors else None,
-    })  # fmt: skip
+    rec.write(
+        name,
+        {
+            "kind": "launch",
+            "about": about,
+            "launch_args": list(flags),
+            "exit_code": done.returncode,
+            "error": errors[-1].split(": error: ", 1)[1] if errors else None,
+        },
+    )
 
 
 def write_flag_table(path: Path) -> int:
@@ -423,10 +558,12 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="conformance-record-"))
     rec = Recorder(args.out, work)
     try:
-        record_launch(rec, "launch_unknown_flag", "an unknown flag: argparse exits 2",
-                      "--no-such-flag", "1")  # fmt: skip
-        record_launch(rec, "launch_ambiguous_prefix", "an ambiguous abbreviation (allow_abbrev)",
-                      "--max", "2")  # fmt: skip
+        record_launch(
+            rec, "launch_unknown_flag", "an unknown flag: argparse exits 2", "--no-such-flag", "1"
+        )
+        record_launch(
+            rec, "launch_ambiguous_prefix", "an ambiguous abbreviation (allow_abbrev)", "--max", "2"
+        )
         record_main_app(rec)
         record_unseeded(rec)
         record_startup(rec)

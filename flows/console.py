@@ -34,10 +34,14 @@ def quiet_console_tracebacks() -> None:
     import prefect.main  # noqa: F401  (sets Prefect's logging up; later setups are incremental)
     from prefect.logging.handlers import PrefectConsoleHandler
 
-    loggers = [logging.getLogger(), *(
-        logger for logger in logging.Logger.manager.loggerDict.values()
-        if isinstance(logger, logging.Logger)
-    )]  # fmt: skip
+    loggers = [
+        logging.getLogger(),
+        *(
+            logger
+            for logger in logging.Logger.manager.loggerDict.values()
+            if isinstance(logger, logging.Logger)
+        ),
+    ]
     for logger in loggers:
         for handler in logger.handlers:
             if isinstance(handler, PrefectConsoleHandler) and not isinstance(

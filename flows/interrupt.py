@@ -75,14 +75,34 @@ def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1"}
-    cmd = [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
-           "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
-           "--port", str(port), "--log-level", "error", "--lifespan", "on"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--app-dir",
+        str(prefect.__module_path__.parent),
+        "--factory",
+        "prefect.server.api.server:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "error",
+        "--lifespan",
+        "on",
+    ]
     # Its output (and the tracebacks it logs while it stops) goes to a file, not the terminal.
     log = Path(tempfile.gettempdir()) / f"eagle3-datagen-prefect-server-{port}.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
     try:
         _wait_health(api, proc, timeout_s, log)
         with temporary_settings({PREFECT_API_URL: api}):

@@ -193,20 +193,28 @@ HISTORY_ROWS = 60  # the table artifact's latest rows (the file keeps every run)
 
 
 async def _record_history(
-    config: PipelineConfig, meter: RunMeter, outcome: RunOutcome, flow_run: FlowRun,
+    config: PipelineConfig,
+    meter: RunMeter,
+    outcome: RunOutcome,
+    flow_run: FlowRun,
     started: datetime,
-) -> None:  # fmt: skip
+) -> None:
     """The run's line of ``history.jsonl`` and the directory's history table artifact; only
     for a run that generated (one stopped before its partitions started made no numbers)."""
     if not any(meter.progress(name) for name in outcome.names):
         return
     try:
         entry = history_entry(
-            config.output_dir, meter, outcome.final_states(),
-            run_id=str(flow_run.id), run_name=flow_run.name, started=started,
-            ended=datetime.now(UTC), deployment=current_deployment.name,
+            config.output_dir,
+            meter,
+            outcome.final_states(),
+            run_id=str(flow_run.id),
+            run_name=flow_run.name,
+            started=started,
+            ended=datetime.now(UTC),
+            deployment=current_deployment.name,
             attempt=flow_run.run_count or 1,
-        )  # fmt: skip
+        )
         append_history(config.output_dir, entry)
         table = history_rows(read_history(config.output_dir))[-HISTORY_ROWS:]
         await acreate_table_artifact(
@@ -257,8 +265,13 @@ async def datagen(
     outcome = RunOutcome(names)
     report = RunReport(flow_run, outcome, meter)
     started = datetime.now(UTC)
-    locks = PartitionLocks(config.output_dir, names, run_id=str(flow_run.id),
-                           run_name=flow_run.name, wait_s=config.lock_wait_s)  # fmt: skip
+    locks = PartitionLocks(
+        config.output_dir,
+        names,
+        run_id=str(flow_run.id),
+        run_name=flow_run.name,
+        wait_s=config.lock_wait_s,
+    )
     try:
         # Inputs, tokenizer, special tokens, output before the server: a model load takes
         # minutes. Then one writer per partition: another run holding one refuses this one.
@@ -266,10 +279,19 @@ async def datagen(
         for note in await asyncio.to_thread(locks.acquire):
             logger.warning(note)
         await report.open()
-        async with _session(
-            config, names, check, meter,
-            run_key=str(flow_run.id), server_url=server_url, overwrite=overwrite, logger=logger,
-        ) as session, report.watching(config.throughput):  # fmt: skip
+        async with (
+            _session(
+                config,
+                names,
+                check,
+                meter,
+                run_key=str(flow_run.id),
+                server_url=server_url,
+                overwrite=overwrite,
+                logger=logger,
+            ) as session,
+            report.watching(config.throughput),
+        ):
             emit_limit_changes(session.srv.controller, flow_run)
             states = await _run_partitions(
                 config, names, session, outcome, sorted(flow_run.tags or [])

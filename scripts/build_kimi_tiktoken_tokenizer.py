@@ -47,9 +47,15 @@ VOCAB_END = 163840  # Kimi-K2.5's vocab_size: the special block is 163584..16383
 # Role and turn tokens Kimi's tokenizer lists as additional special tokens (skipped by
 # decode(skip_special_tokens=True)); <think> and the tool-call tokens are not among them.
 ADDITIONAL_SPECIAL = [
-    "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|start_header_id|>",
-    "<|end_header_id|>", "[EOT]", "<|im_system|>", "<|im_middle|>",
-]  # fmt: skip
+    "<|im_end|>",
+    "<|im_user|>",
+    "<|im_assistant|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "[EOT]",
+    "<|im_system|>",
+    "<|im_middle|>",
+]
 
 
 # The image processor's settings (docs/images.md), small enough for the stand-in's context.
@@ -121,8 +127,10 @@ def build(out_dir: Path = OUT_DIR) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     if out_dir.resolve() != OUT_DIR.resolve():
         shutil.copyfile(OUT_DIR / "tokenization_kimi.py", out_dir / "tokenization_kimi.py")
-    lines = [f"{base64.b64encode(tok).decode()} {rank}" for tok, rank in sorted(
-        ranks.items(), key=lambda kv: kv[1])]  # fmt: skip
+    lines = [
+        f"{base64.b64encode(tok).decode()} {rank}"
+        for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1])
+    ]
     (out_dir / "tiktoken.model").write_text("\n".join(lines) + "\n")
     config = {
         "tokenizer_class": "TikTokenTokenizer",
@@ -135,12 +143,18 @@ def build(out_dir: Path = OUT_DIR) -> None:
         "clean_up_tokenization_spaces": False,
         "model_max_length": 262144,
         "added_tokens_decoder": {
-            str(i): {"content": t, "special": True, "normalized": False, "lstrip": False,
-                     "rstrip": False, "single_word": False}
+            str(i): {
+                "content": t,
+                "special": True,
+                "normalized": False,
+                "lstrip": False,
+                "rstrip": False,
+                "single_word": False,
+            }
             for i, t in specials.items()
         },
         "chat_template": CHAT_TEMPLATE,
-    }  # fmt: skip
+    }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     model_config = {
         "architectures": ["KimiK25ForConditionalGeneration"],

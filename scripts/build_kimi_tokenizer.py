@@ -25,15 +25,33 @@ VOCAB_SIZE = 2048  # BPE ranks, before the special tokens
 
 # Kimi-K2's special-token block, in id order from 163584 ("reserved" fills the gaps).
 SPECIAL_TOKENS = [
-    "[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>",
-    "<|reserved_token_0|>", "<|start_header_id|>", "<|end_header_id|>",
-    "<|reserved_token_1|>", "[EOT]", "<|im_system|>",
-    "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
-    "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
-    "<|reserved_token_2|>", "<|im_middle|>",
-    "<|media_begin|>", "<|media_content|>", "<|media_end|>", "<|media_pad|>",
-    "<think>", "</think>", "[UNK]", "[PAD]",
-]  # fmt: skip
+    "[BOS]",
+    "[EOS]",
+    "<|im_end|>",
+    "<|im_user|>",
+    "<|im_assistant|>",
+    "<|reserved_token_0|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|reserved_token_1|>",
+    "[EOT]",
+    "<|im_system|>",
+    "<|tool_calls_section_begin|>",
+    "<|tool_calls_section_end|>",
+    "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
+    "<|reserved_token_2|>",
+    "<|im_middle|>",
+    "<|media_begin|>",
+    "<|media_content|>",
+    "<|media_end|>",
+    "<|media_pad|>",
+    "<think>",
+    "</think>",
+    "[UNK]",
+    "[PAD]",
+]
 
 # Kimi-K2.5's chat template, structure for structure (its tokenizer_config.json / chat_template.jinja):
 # - tool declarations first: ``tools_ts_str`` when the tokenizer supplies one (the real remote-code
@@ -189,12 +207,18 @@ def build() -> None:
         "clean_up_tokenization_spaces": False,
         "model_max_length": 262144,
         "added_tokens_decoder": {
-            str(i): {"content": t, "special": True, "normalized": False, "lstrip": False,
-                     "rstrip": False, "single_word": False}
+            str(i): {
+                "content": t,
+                "special": True,
+                "normalized": False,
+                "lstrip": False,
+                "rstrip": False,
+                "single_word": False,
+            }
             for t, i in ids.items()
         },
         "chat_template": CHAT_TEMPLATE,
-    }  # fmt: skip
+    }
     (OUT_DIR / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     model_config = {
         "architectures": ["KimiK25ForConditionalGeneration"],

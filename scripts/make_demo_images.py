@@ -51,38 +51,69 @@ def encode(image: Image.Image, fmt: str) -> bytes:
 
 
 def _user(*parts: Any) -> dict[str, Any]:
-    return {"role": "user", "content": [
-        {"type": "text", "text": p} if isinstance(p, str)
-        else {"type": "image_url", "image_url": {"url": p[0]}} for p in parts]}  # fmt: skip
+    return {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": p}
+            if isinstance(p, str)
+            else {"type": "image_url", "image_url": {"url": p[0]}}
+            for p in parts
+        ],
+    }
 
 
 def lines(data_uri: str) -> list[dict[str, Any]]:
     """The partition's prompts (image paths are relative to the JSONL file's folder)."""
-    look = {"id": "call_0", "type": "function",
-            "function": {"name": "look", "arguments": '{"what": "chart"}'}}  # fmt: skip
+    look = {
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": "look", "arguments": '{"what": "chart"}'},
+    }
     params = {"type": "object", "properties": {"what": {"type": "string"}}}
     function = {"name": "look", "description": "Look at a file.", "parameters": params}
     tool = {"type": "function", "function": function}
     return [
-        {"id": "img-one", "messages": [_user("What is in this picture?",
-                                             ("images/red-square.png",))]},
-        {"id": "img-two", "messages": [_user(("images/blue-banner.jpg",), "and",
-                                             ("images/green-tower.webp",),
-                                             "Which one is taller?")]},
+        {
+            "id": "img-one",
+            "messages": [_user("What is in this picture?", ("images/red-square.png",))],
+        },
+        {
+            "id": "img-two",
+            "messages": [
+                _user(
+                    ("images/blue-banner.jpg",),
+                    "and",
+                    ("images/green-tower.webp",),
+                    "Which one is taller?",
+                )
+            ],
+        },
         {"id": "img-chart", "messages": [_user("Summarise the chart.", ("images/chart.png",))]},
         {"id": "img-data-uri", "messages": [_user((data_uri,), "Describe it briefly.")]},
-        {"id": "img-follow-up", "messages": [
-            _user("What colour is it?", ("images/red-square.png",)),
-            {"role": "assistant", "content": "Red, with a white square."},
-            _user("And the square's size relative to the image?")]},
-        {"id": "img-tool-result", "tools": [tool], "messages": [
-            {"role": "user", "content": "Look at the chart and tell me the tallest bar."},
-            {"role": "assistant", "content": "", "tool_calls": [look]},
-            {"role": "tool", "tool_call_id": "call_0", "content": [
-                {"type": "image_url", "image_url": {"url": "images/chart.png"}}]}]},
+        {
+            "id": "img-follow-up",
+            "messages": [
+                _user("What colour is it?", ("images/red-square.png",)),
+                {"role": "assistant", "content": "Red, with a white square."},
+                _user("And the square's size relative to the image?"),
+            ],
+        },
+        {
+            "id": "img-tool-result",
+            "tools": [tool],
+            "messages": [
+                {"role": "user", "content": "Look at the chart and tell me the tallest bar."},
+                {"role": "assistant", "content": "", "tool_calls": [look]},
+                {
+                    "role": "tool",
+                    "tool_call_id": "call_0",
+                    "content": [{"type": "image_url", "image_url": {"url": "images/chart.png"}}],
+                },
+            ],
+        },
         {"id": "img-bad-missing", "messages": [_user("See", ("images/missing.png",))]},
         {"id": "img-bad-not-an-image", "messages": [_user("See", ("images/not-an-image.png",))]},
-    ]  # fmt: skip
+    ]
 
 
 def main() -> None:

@@ -32,9 +32,17 @@ SEARCH_TOOL = {
     },
 }
 TOPICS = [
-    "Paris", "Tokyo", "prime numbers", "binary search", "the French revolution",
-    "photosynthesis", "speculative decoding", "a Python list", "sorting", "black holes",
-]  # fmt: skip
+    "Paris",
+    "Tokyo",
+    "prime numbers",
+    "binary search",
+    "the French revolution",
+    "photosynthesis",
+    "speculative decoding",
+    "a Python list",
+    "sorting",
+    "black holes",
+]
 
 
 def short_lines() -> list[str]:

@@ -67,32 +67,67 @@ SGLANG_FLAGS: list[tuple[tuple[str, ...], Any, Any, str]] = [
 ]
 
 _EMU_FLAGS: list[tuple[str, Any, Any, str]] = [
-    ("--emu-startup-refuse-s", float, 0.0, "seconds not listening (connection refused) while "
-     "printing shard-loading progress"),
-    ("--emu-startup-503-s", float, 0.0, "then seconds listening with /health 503 (warm-up); "
-     "/model_info and /generate already work"),
-    ("--emu-die-during-startup", str, None, "print a traceback ending in this MESSAGE to "
-     "stderr halfway through loading, then exit"),
+    (
+        "--emu-startup-refuse-s",
+        float,
+        0.0,
+        "seconds not listening (connection refused) while printing shard-loading progress",
+    ),
+    (
+        "--emu-startup-503-s",
+        float,
+        0.0,
+        "then seconds listening with /health 503 (warm-up); /model_info and /generate already work",
+    ),
+    (
+        "--emu-die-during-startup",
+        str,
+        None,
+        "print a traceback ending in this MESSAGE to stderr halfway through loading, then exit",
+    ),
     ("--emu-die-exit-code", int, 1, "exit code for --emu-die-during-startup"),
     ("--emu-mean-output-tokens", float, 200.0, "mean natural output length (lognormal)"),
     ("--emu-max-output-tokens", int, 16384, "cap of the natural output length"),
     ("--emu-output-sigma", float, 1.0, "lognormal sigma of output lengths (the long tail)"),
-    ("--emu-output-by-max-new", str, None, "benchmarks: mean natural output length by the "
-     "request's max_new_tokens, 'MAX:MEAN,...' (one server serving tiers with different "
-     "lengths); other requests use --emu-mean-output-tokens"),
+    (
+        "--emu-output-by-max-new",
+        str,
+        None,
+        "benchmarks: mean natural output length by the "
+        "request's max_new_tokens, 'MAX:MEAN,...' (one server serving tiers with different "
+        "lengths); other requests use --emu-mean-output-tokens",
+    ),
     ("--emu-tool-call-rate", float, 0.5, "chance of a tool-call section when tools are declared"),
-    ("--emu-max-total-tokens", int, None, "KV pool size reported as max_total_num_tokens; "
-     "None means 4 x context length"),
+    (
+        "--emu-max-total-tokens",
+        int,
+        None,
+        "KV pool size reported as max_total_num_tokens; None means 4 x context length",
+    ),
     ("--emu-ledger", str, None, "append one JSON line per finished request to PATH"),
-    ("--emu-running-slots", int, 0, "requests decoding at once, the rest queue "
-     "(0: --max-running-requests, else unlimited)"),
+    (
+        "--emu-running-slots",
+        int,
+        0,
+        "requests decoding at once, the rest queue (0: --max-running-requests, else unlimited)",
+    ),
     ("--emu-prefill-tokens-per-s", float, 0.0, "prefill speed per request (0: instant)"),
     ("--emu-decode-ms-per-token", float, 0.0, "decode time per output token (0: instant)"),
-    ("--emu-physics", str, None, "server physics profile: seed-node, kv-poor or reasoning "
-     "(SGLang's scheduler: batch-dependent step time, KV pool, new-token-ratio admission, "
-     "retraction; see sglang_emulator/physics.py); replaces the latency flags above"),
-    ("--emu-time-scale", float, 1.0, "with --emu-physics: real seconds per simulated second "
-     "(0.01 runs the server 100x faster than life)"),
+    (
+        "--emu-physics",
+        str,
+        None,
+        "server physics profile: seed-node, kv-poor or reasoning "
+        "(SGLang's scheduler: batch-dependent step time, KV pool, new-token-ratio admission, "
+        "retraction; see sglang_emulator/physics.py); replaces the latency flags above",
+    ),
+    (
+        "--emu-time-scale",
+        float,
+        1.0,
+        "with --emu-physics: real seconds per simulated second "
+        "(0.01 runs the server 100x faster than life)",
+    ),
     ("--emu-fault-seed", int, 0, "seed of the fault stream"),
     ("--emu-fault-400-rate", float, 0.0, "chance of a 400 per /generate request"),
     ("--emu-fault-500-rate", float, 0.0, "chance of a 500 'Internal Server Error'"),
@@ -102,7 +137,7 @@ _EMU_FLAGS: list[tuple[str, Any, Any, str]] = [
     ("--emu-fault-abort-rate", float, 0.0, "chance of a 200 abort with partial output_ids"),
     ("--emu-hang-s", float, 3600.0, "how long a hang fault holds a request"),
     ("--emu-crash-after", int, 0, "os._exit(1) on the Nth /generate request (0: never)"),
-]  # fmt: skip
+]
 FAULT_RATE_FLAGS = tuple(f for f, *_ in _EMU_FLAGS if f.startswith("--emu-fault-") and "rate" in f)
 
 

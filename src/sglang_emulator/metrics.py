@@ -38,11 +38,17 @@ _SCHEDULER_LABELS = (
 )
 _RETRACTION_COUNTERS = (
     ("num_retracted_requests", "retracted_requests_total", "Total number of retracted requests."),
-    ("num_retracted_input_tokens", "retracted_input_tokens_total",
-     "Total number of retracted input tokens."),
-    ("num_retracted_output_tokens", "retracted_output_tokens_total",
-     "Total number of retracted output tokens."),
-)  # fmt: skip
+    (
+        "num_retracted_input_tokens",
+        "retracted_input_tokens_total",
+        "Total number of retracted input tokens.",
+    ),
+    (
+        "num_retracted_output_tokens",
+        "retracted_output_tokens_total",
+        "Total number of retracted output tokens.",
+    ),
+)
 _HTTP = ("sglang:http_requests_active", "sglang:http_requests_total", "sglang:http_responses_total")
 _SAMPLE = re.compile(r"^(?P<name>[^{ ]+)(?P<labels>\{.*\})? (?P<value>\S+)$")
 
@@ -154,10 +160,14 @@ class Observed:
         self.parts: list[str | Family] = []
         for fam in catalogue:
             fam = Family(
-                fam.name, fam.kind, fam.header,
-                tuple((n, lab.replace(_RECORDED_MODEL, model).replace('pid="1"', pid))
-                      for n, lab in fam.samples),
-            )  # fmt: skip
+                fam.name,
+                fam.kind,
+                fam.header,
+                tuple(
+                    (n, lab.replace(_RECORDED_MODEL, model).replace('pid="1"', pid))
+                    for n, lab in fam.samples
+                ),
+            )
             if fam.name in _OBSERVED:
                 bounds = sorted({_le(lab) for n, lab in fam.samples if n.endswith("_bucket")})
                 self.histograms[fam.name] = Histogram(bounds)
@@ -187,14 +197,25 @@ def _fmt(v: float) -> str:
     return repr(float(v))
 
 
-_MODELLED = frozenset({
-    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput",
-    "sglang:token_usage", "sglang:full_token_usage", "sglang:num_used_tokens",
-    "sglang:kv_used_tokens", "sglang:kv_available_tokens", "sglang:decode_sum_seq_lens",
-    "sglang:new_token_ratio", "sglang:scheduler_idle_seconds_total",
-    "sglang:process_cpu_seconds_total", "sglang:prompt_tokens_total",
-    "sglang:generation_tokens_total", "sglang:num_requests_total",
-})  # fmt: skip
+_MODELLED = frozenset(
+    {
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:gen_throughput",
+        "sglang:token_usage",
+        "sglang:full_token_usage",
+        "sglang:num_used_tokens",
+        "sglang:kv_used_tokens",
+        "sglang:kv_available_tokens",
+        "sglang:decode_sum_seq_lens",
+        "sglang:new_token_ratio",
+        "sglang:scheduler_idle_seconds_total",
+        "sglang:process_cpu_seconds_total",
+        "sglang:prompt_tokens_total",
+        "sglang:generation_tokens_total",
+        "sglang:num_requests_total",
+    }
+)
 
 
 def _gauges(view: LoadView) -> dict[str, float]:

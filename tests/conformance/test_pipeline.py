@@ -116,15 +116,23 @@ def _conversation(cid: str, city: str, result: str) -> dict[str, Any]:
         "tools": [REGEN_TOOL],
         "messages": [
             {"role": "user", "content": f"Weather in {city}? [[call get_weather {args}]]"},
-            {"role": "assistant", "content": "Let me look.", "tool_calls": [
-                {"id": "call_7", "type": "function",
-                 "function": {"name": "get_weather", "arguments": args}}]},
+            {
+                "role": "assistant",
+                "content": "Let me look.",
+                "tool_calls": [
+                    {
+                        "id": "call_7",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": args},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_7", "content": result},
             {"role": "assistant", "content": f"It is 18 C in {city}."},
             {"role": "user", "content": "And should I take a coat tomorrow?"},
             {"role": "assistant", "content": "Yes, a light one."},
         ],
-    }  # fmt: skip
+    }
 
 
 def _prompts_sglang_chat_builds(
@@ -158,8 +166,12 @@ def _prompts_sglang_chat_builds(
                     rid = f"chat-render:{rec_id}"
                     scripted[rid] = list(recs[rec_id]["output_ids"])
                     outputs.write_text(json.dumps(scripted))
-                    body = {"messages": history, "tools": row["tools"], "rid": rid,
-                            "max_tokens": 1024}  # fmt: skip
+                    body = {
+                        "messages": history,
+                        "tools": row["tools"],
+                        "rid": rid,
+                        "max_tokens": 1024,
+                    }
                     reply = httpx.post(f"{app.url}/v1/chat/completions", json=body, timeout=60)
                     assert reply.status_code == 200, reply.text
                     [answer] = [a for a in app.answers() if a["rid"] == rid]
@@ -172,9 +184,10 @@ def _prompts_sglang_chat_builds(
                         renamed = dict(zip(old_ids, new_ids, strict=False))
                         following = [
                             {**m, "tool_call_id": renamed[m["tool_call_id"]]}
-                            if m.get("tool_call_id") in renamed else m
+                            if m.get("tool_call_id") in renamed
+                            else m
                             for m in messages[end + 1 : slots[turn + 1]]
-                        ]  # fmt: skip
+                        ]
                         history = [*history, message, *following]
     finally:
         app.stop()
@@ -205,9 +218,16 @@ def test_all_turns_and_samples_are_token_exact_with_unique_rids(
         cfg = yaml.safe_load(config.read_text())
         cfg["sampling"] = {"seed": 7}
         cfg["tiers"][0]["max_tokens"] = 256
-        cfg["partitions"] = [{"name": "p_turns", "input": str(prompts), "tier": "SHORT",
-                              "regenerate": "all_turns", "samples": 2,
-                              "temperatures": [0.0, 1.0]}]  # fmt: skip
+        cfg["partitions"] = [
+            {
+                "name": "p_turns",
+                "input": str(prompts),
+                "tier": "SHORT",
+                "regenerate": "all_turns",
+                "samples": 2,
+                "temperatures": [0.0, 1.0],
+            }
+        ]
         config.write_text(yaml.safe_dump(cfg))
         run = CliRun(config, tmp_path / "turns.log")
         assert run.wait() == 0, run.output()

@@ -43,8 +43,10 @@ def test_cancelled_run_leaves_no_server_process(
     run = srv.wait_final(run_id, timeout=180)
     assert run["state_type"] == "CANCELLED"
     # The summary says cancelled, not "failed: run stopped before it finished: 15".
-    [summary] = srv.post("/artifacts/filter", {"artifacts": {
-        "key": {"any_": ["datagen-summary"]}, "flow_run_id": {"any_": [run_id]}}})  # fmt: skip
+    [summary] = srv.post(
+        "/artifacts/filter",
+        {"artifacts": {"key": {"any_": ["datagen-summary"]}, "flow_run_id": {"any_": [run_id]}}},
+    )
     rows = json.loads(summary["data"]) if isinstance(summary["data"], str) else summary["data"]
     assert {r["status"] for r in rows} <= {"cancelled", "completed"}, rows
     assert "cancelled" in {r["status"] for r in rows} and "CANCELLED" in summary["description"]

@@ -29,8 +29,12 @@ def _config(tmp_path: Path) -> tuple[Path, Path]:
     out = tmp_path / "out"
     config = demo_config(out).model_dump(mode="json")
     # Slow enough that the run is still generating when it is stopped.
-    config["server"]["extra_args"] += ["--emu-decode-ms-per-token", "20",
-                                       "--emu-running-slots", "4"]  # fmt: skip
+    config["server"]["extra_args"] += [
+        "--emu-decode-ms-per-token",
+        "20",
+        "--emu-running-slots",
+        "4",
+    ]
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(config))
     return path, out
@@ -40,8 +44,14 @@ def _start(cfg: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]
     """The command as a terminal starts it: its own process group (Ctrl-C goes to the group)."""
     exe = Path(sys.executable).with_name("eagle3-datagen")
     with log.open("wb") as fh:
-        return subprocess.Popen([str(exe), "run", str(cfg)], cwd=REPO, env=env, stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        return subprocess.Popen(
+            [str(exe), "run", str(cfg)],
+            cwd=REPO,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _generating(proc: subprocess.Popen[bytes], out: Path, log: Path) -> int:
@@ -79,8 +89,9 @@ def _stopped_as_promised(proc: subprocess.Popen[bytes], log: Path, server: int, 
     assert code == 130, text[-3000:]
     assert took < 60, f"took {took:.0f} s to stop"
     last = text.strip().splitlines()[-1]
-    assert last.startswith(f"eagle3-datagen: stopped by {name}: the run stopped and is marked "
-                           "Cancelled"), text[-3000:]  # fmt: skip
+    assert last.startswith(
+        f"eagle3-datagen: stopped by {name}: the run stopped and is marked Cancelled"
+    ), text[-3000:]
     assert wait_gone(server, 30), "the run's server outlived it"
     return text
 

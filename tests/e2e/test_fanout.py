@@ -52,30 +52,57 @@ def test_fan_out_runs_each_partition_once_across_two_workers(
 ) -> None:
     srv = prefect_server
     srv.cli("work-pool", "create", "gpu-fanout", "--type", "process")
-    out = srv.cli("--no-prompt", "deploy", "--name", "partition-job", "--pool", "gpu-fanout",
-                  "--prefect-file", "deployments/prefect.yaml")  # fmt: skip
+    out = srv.cli(
+        "--no-prompt",
+        "deploy",
+        "--name",
+        "partition-job",
+        "--pool",
+        "gpu-fanout",
+        "--prefect-file",
+        "deployments/prefect.yaml",
+    )
     assert "partition-job" in out
     for name in ("fan-a", "fan-b"):
-        srv.start("worker", "start", "--pool", "gpu-fanout", "--name", name, "--limit", "1",
-                  log=tmp_path / f"{name}.log")  # fmt: skip
+        srv.start(
+            "worker",
+            "start",
+            "--pool",
+            "gpu-fanout",
+            "--name",
+            name,
+            "--limit",
+            "1",
+            log=tmp_path / f"{name}.log",
+        )
 
     parts = {name: write_partition(tmp_path / f"{name}.jsonl", name, 30) for name in "xyz"}
     config: dict[str, Any] = {
         "model": {"path": str(TOKENIZER_DIR)},
-        "server": {"mode": "launch", "engine": "emulator", "port": 0, "startup_timeout_s": 60,
-                   "extra_args": ["--emu-running-slots", "4", "--emu-decode-ms-per-token", "5"]},
+        "server": {
+            "mode": "launch",
+            "engine": "emulator",
+            "port": 0,
+            "startup_timeout_s": 60,
+            "extra_args": ["--emu-running-slots", "4", "--emu-decode-ms-per-token", "5"],
+        },
         "tiers": [{"name": "SHORT", "concurrency": 8, "max_tokens": 1024}],
-        "partitions": [{"name": n, "input": str(tmp_path / f"{n}.jsonl"), "tier": "SHORT"}
-                       for n in parts],
+        "partitions": [
+            {"name": n, "input": str(tmp_path / f"{n}.jsonl"), "tier": "SHORT"} for n in parts
+        ],
         "output_dir": str(tmp_path / "shared-out"),
         "batch_size": 8,
-    }  # fmt: skip
+    }
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(config))
     run = subprocess.run(
         [sys.executable, "-m", "eagle3_datagen_flows.cli", "run", str(cfg), "--fan-out"],
-        cwd=REPO, env=srv.env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=REPO,
+        env=srv.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
 
     jobs = job_runs(srv)
@@ -103,12 +130,17 @@ def test_fan_out_runs_each_partition_once_across_two_workers(
     assert all(f"config_name: {n}" in card for n in "xyz"), card[:1500]
 
     # Retrying the fan-out (same flow run, same idempotency keys) runs no partition again.
-    [parent] = srv.post("/flow_runs/filter",
-                        {"flows": {"name": {"any_": ["eagle3-datagen-fanout"]}}})  # fmt: skip
+    [parent] = srv.post(
+        "/flow_runs/filter", {"flows": {"name": {"any_": ["eagle3-datagen-fanout"]}}}
+    )
     retry = subprocess.run(
         [sys.executable, "-c", RETRY, parent["id"]],
-        cwd=REPO, env=srv.env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=REPO,
+        env=srv.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert retry.returncode == 0, retry.stderr[-3000:]
     again = srv.get(f"/flow_runs/{parent['id']}")
     assert again["state_type"] == "COMPLETED" and again["run_count"] == 2
@@ -145,35 +177,65 @@ def test_ctrl_c_of_a_fan_out_cancels_its_jobs_on_the_workers(
     srv = prefect_server
     # The first test's pool and deployment (made again when this test runs alone).
     srv.cli("work-pool", "create", "gpu-fanout", "--type", "process", check=False)
-    srv.cli("--no-prompt", "deploy", "--name", "partition-job", "--pool", "gpu-fanout",
-            "--prefect-file", "deployments/prefect.yaml")  # fmt: skip
+    srv.cli(
+        "--no-prompt",
+        "deploy",
+        "--name",
+        "partition-job",
+        "--pool",
+        "gpu-fanout",
+        "--prefect-file",
+        "deployments/prefect.yaml",
+    )
     deps = srv.post("/deployments/filter", {"deployments": {"name": {"any_": ["partition-job"]}}})
-    srv.start("worker", "start", "--pool", "gpu-fanout", "--name", "stop-a", "--limit", "1",
-              log=tmp_path / "stop-a.log")  # fmt: skip
+    srv.start(
+        "worker",
+        "start",
+        "--pool",
+        "gpu-fanout",
+        "--name",
+        "stop-a",
+        "--limit",
+        "1",
+        log=tmp_path / "stop-a.log",
+    )
     for name in "pq":
         write_partition(tmp_path / f"{name}.jsonl", name, 200)
     config: dict[str, Any] = {
         "model": {"path": str(TOKENIZER_DIR)},
-        "server": {"mode": "launch", "engine": "emulator", "port": 0, "startup_timeout_s": 60,
-                   "extra_args": ["--emu-running-slots", "2", "--emu-decode-ms-per-token", "20"]},
+        "server": {
+            "mode": "launch",
+            "engine": "emulator",
+            "port": 0,
+            "startup_timeout_s": 60,
+            "extra_args": ["--emu-running-slots", "2", "--emu-decode-ms-per-token", "20"],
+        },
         "tiers": [{"name": "SHORT", "concurrency": 2, "max_tokens": 1024}],
-        "partitions": [{"name": n, "input": str(tmp_path / f"{n}.jsonl"), "tier": "SHORT"}
-                       for n in "pq"],
+        "partitions": [
+            {"name": n, "input": str(tmp_path / f"{n}.jsonl"), "tier": "SHORT"} for n in "pq"
+        ],
         "output_dir": str(tmp_path / "stop-out"),
         "batch_size": 8,
-    }  # fmt: skip
+    }
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(config))
     log = tmp_path / "cli.log"
     with log.open("wb") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "eagle3_datagen_flows.cli", "run", str(cfg), "--fan-out"],
-            cwd=REPO, env=srv.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            cwd=REPO,
+            env=srv.env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         _wait_for_jobs(srv, deps[0]["id"], proc, log, lambda s: "RUNNING" in s)
-        _wait(lambda: bool(list((tmp_path / "stop-out" / ".state" / "servers").glob("*.json"))),
-              proc, log)  # fmt: skip
+        _wait(
+            lambda: bool(list((tmp_path / "stop-out" / ".state" / "servers").glob("*.json"))),
+            proc,
+            log,
+        )
         servers = list((tmp_path / "stop-out" / ".state" / "servers").glob("*.json"))
         server_pid = int(json.loads(servers[0].read_text())["pid"])
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
@@ -186,8 +248,9 @@ def test_ctrl_c_of_a_fan_out_cancels_its_jobs_on_the_workers(
                 "eagle3-datagen: stopped by SIGINT: the run stopped and is marked Cancelled"
             )
         )
-        states = _wait_for_jobs(srv, deps[0]["id"], None, log,
-                                lambda s: set(s) <= {"CANCELLED"}, timeout=120)  # fmt: skip
+        states = _wait_for_jobs(
+            srv, deps[0]["id"], None, log, lambda s: set(s) <= {"CANCELLED"}, timeout=120
+        )
         assert sorted(states) == ["CANCELLED", "CANCELLED"], states
         assert wait_gone(server_pid, 60), "the running job's server outlived its cancellation"
     finally:
@@ -204,15 +267,20 @@ def _wait(cond: Any, proc: subprocess.Popen[bytes] | None, log: Path, timeout: f
 
 
 def _wait_for_jobs(
-    srv: PrefectServer, deployment_id: str, proc: subprocess.Popen[bytes] | None, log: Path,
-    cond: Any, timeout: float = 300,
-) -> list[str]:  # fmt: skip
+    srv: PrefectServer,
+    deployment_id: str,
+    proc: subprocess.Popen[bytes] | None,
+    log: Path,
+    cond: Any,
+    timeout: float = 300,
+) -> list[str]:
     """The state types of the jobs of partitions p and q once ``cond`` holds for them."""
     found: list[str] = []
 
     def ready() -> bool:
-        runs = srv.post("/flow_runs/filter",
-                        {"flow_runs": {"deployment_id": {"any_": [deployment_id]}}})  # fmt: skip
+        runs = srv.post(
+            "/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [deployment_id]}}}
+        )
         found[:] = [r["state_type"] for r in runs if r["parameters"]["partitions"][0] in "pq"]
         return len(found) == 2 and bool(cond(found))
 

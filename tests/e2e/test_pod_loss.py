@@ -112,10 +112,27 @@ def states(srv: PrefectServer, run_id: str) -> list[str]:
 def test_lost_pods_resume_exactly(prefect_server: PrefectServer, tmp_path: Path) -> None:
     srv = prefect_server
     srv.cli("work-pool", "create", POOL, "--type", "process")
-    srv.cli("--no-prompt", "deploy", "--name", "partition-job", "--pool", POOL,
-            "--prefect-file", "deployments/prefect.yaml")  # fmt: skip
-    worker = srv.start("worker", "start", "--pool", POOL, "--name", "pod", "--limit", "1",
-                       log=tmp_path / "worker.log")  # fmt: skip
+    srv.cli(
+        "--no-prompt",
+        "deploy",
+        "--name",
+        "partition-job",
+        "--pool",
+        POOL,
+        "--prefect-file",
+        "deployments/prefect.yaml",
+    )
+    worker = srv.start(
+        "worker",
+        "start",
+        "--pool",
+        POOL,
+        "--name",
+        "pod",
+        "--limit",
+        "1",
+        log=tmp_path / "worker.log",
+    )
     command, env = pod_command_and_env()
     assert env["PREFECT_FLOW_RUN_EXECUTE_SIGTERM_BEHAVIOR"] == "reschedule"
 
@@ -128,9 +145,15 @@ def test_lost_pods_resume_exactly(prefect_server: PrefectServer, tmp_path: Path)
     config["server"]["port"] = 0
     # 64 requests of ~60 tokens at 20 ms/token, 4 at a time: ~20 s of generation per attempt.
     config["server"]["extra_args"] += [
-        "--emu-decode-ms-per-token", "20", "--emu-running-slots", "4",
-        "--emu-mean-output-tokens", "60", "--emu-output-sigma", "0.3",
-    ]  # fmt: skip
+        "--emu-decode-ms-per-token",
+        "20",
+        "--emu-running-slots",
+        "4",
+        "--emu-mean-output-tokens",
+        "60",
+        "--emu-output-sigma",
+        "0.3",
+    ]
     ledger = out / "emulator-ledger.jsonl"
 
     deployment = srv.get("/deployments/name/eagle3-datagen/partition-job")["id"]
@@ -138,11 +161,14 @@ def test_lost_pods_resume_exactly(prefect_server: PrefectServer, tmp_path: Path)
     def start_run() -> str:
         """What ``prefect deployment run ... --job-variable`` sends, straight to the API (503,
         a busy SQLite server, is retried as Prefect's client would)."""
-        body = {"parameters": {"config": config, "partitions": [PART]},
-                "job_variables": {"env": env, "command": command}}  # fmt: skip
+        body = {
+            "parameters": {"config": config, "partitions": [PART]},
+            "job_variables": {"env": env, "command": command},
+        }
         for _ in range(10):
-            r = httpx.post(f"{srv.api}/deployments/{deployment}/create_flow_run", json=body,
-                           timeout=60)  # fmt: skip
+            r = httpx.post(
+                f"{srv.api}/deployments/{deployment}/create_flow_run", json=body, timeout=60
+            )
             if r.status_code != 503:
                 break
             time.sleep(3)

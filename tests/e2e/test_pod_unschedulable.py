@@ -48,21 +48,31 @@ def _fanout(srv: PrefectServer, tmp_path: Path) -> subprocess.Popen[str]:
         "tiers": [{"name": "SHORT", "concurrency": 8, "max_tokens": 1024}],
         "partitions": [{"name": "B1", "input": str(tmp_path / "b1.jsonl"), "tier": "SHORT"}],
         "output_dir": str(tmp_path / "out"),
-    }  # fmt: skip
+    }
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(config))
     exe = Path(sys.executable).with_name("eagle3-datagen")
     deployment = "eagle3-datagen/partition-job-k8s"
     return subprocess.Popen(
         [str(exe), "run", str(tmp_path / "cfg.yaml"), "--fan-out", deployment],
-        cwd=REPO, env=srv.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        env=srv.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _observe(srv: PrefectServer, run: dict[str, Any], *pods: str) -> None:
     """The worker's observer seeing the watch events of ``RUN_ID/POD_UID/EVENT,...`` pods."""
     args = [run["flow_id"], run["deployment_id"], *pods]
-    proc = subprocess.run([sys.executable, "-m", "tests.support.k8s_observer", *args], cwd=REPO,
-                          env=srv.env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.support.k8s_observer", *args],
+        cwd=REPO,
+        env=srv.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -98,12 +108,20 @@ def test_unschedulable_pod_fails_its_run_and_the_fanout_with_the_diagnosis(
         for run in runs.values():  # what the worker does before it creates the Job
             srv.post(f"/flow_runs/{run['id']}/set_state", {"state": {"type": "PENDING"}})
         uids = {name: str(uuid.uuid4()) for name in runs}
-        seen = {"stuck": "created,unschedulable", "starts": "created,unschedulable",
-                "pulling": "created"}  # fmt: skip
+        seen = {
+            "stuck": "created,unschedulable",
+            "starts": "created,unschedulable",
+            "pulling": "created",
+        }
         _observe(srv, runs["stuck"], *(f"{runs[n]['id']}/{uids[n]}/{e}" for n, e in seen.items()))
 
-        wait_until(lambda: all(_state(srv, runs[n])["name"] == "Unschedulable"
-                               for n in ("stuck", "starts")), 120, 1)  # fmt: skip
+        wait_until(
+            lambda: all(
+                _state(srv, runs[n])["name"] == "Unschedulable" for n in ("stuck", "starts")
+            ),
+            120,
+            1,
+        )
         marked = time.monotonic()
         # The pod of "starts" gets a node: its engine reports Running, the observer the pod.
         result = srv.post(

@@ -69,11 +69,18 @@ def run_logs(
     """Every log line of the runs since ``after``, page by page (the API caps a page at 200)."""
     found: list[tuple[datetime, str]] = []
     while True:
-        page = srv.post("/logs/filter", {
-            "logs": {"flow_run_id": {"any_": flow_run_ids},
-                     "timestamp": {"after_": after.isoformat()}},
-            "sort": "TIMESTAMP_ASC", "limit": 200, "offset": len(found),
-        })  # fmt: skip
+        page = srv.post(
+            "/logs/filter",
+            {
+                "logs": {
+                    "flow_run_id": {"any_": flow_run_ids},
+                    "timestamp": {"after_": after.isoformat()},
+                },
+                "sort": "TIMESTAMP_ASC",
+                "limit": 200,
+                "offset": len(found),
+            },
+        )
         found += [(datetime.fromisoformat(e["timestamp"]), e["message"]) for e in page]
         if len(page) < 200:
             return found
@@ -85,24 +92,32 @@ def test_prefect_server_restart_mid_run_loses_nothing_and_duplicates_nothing(
     srv = prefect_on_postgres
     srv.env.update(CLIENT_ENV)
     srv.cli("work-pool", "create", "gpu-process", "--type", "process")
-    srv.cli("--no-prompt", "deploy", "--name", "demo", "--prefect-file",
-            "deployments/prefect.yaml")  # fmt: skip
+    srv.cli("--no-prompt", "deploy", "--name", "demo", "--prefect-file", "deployments/prefect.yaml")
     worker_log = tmp_path / "worker.log"
     srv.start("worker", "start", "--pool", "gpu-process", "--name", "restart-node", log=worker_log)
 
     out = tmp_path / "out"
     config: dict[str, Any] = demo_config(out).model_dump(mode="json")
     config["partitions"] = [
-        {"name": name, "input": str(write_prompts(tmp_path / f"{name}.jsonl", n, first=first)),
-         "tier": tier}
+        {
+            "name": name,
+            "input": str(write_prompts(tmp_path / f"{name}.jsonl", n, first=first)),
+            "tier": tier,
+        }
         for name, (n, first, tier) in PARTS.items()
-    ]  # fmt: skip
+    ]
     config["batch_size"] = 8
     # ~80 requests of ~100 tokens at 40 ms/token, 4 at a time: about 80 s of generation.
     config["server"]["extra_args"] += [
-        "--emu-decode-ms-per-token", "40", "--emu-running-slots", "4",
-        "--emu-mean-output-tokens", "100", "--emu-output-sigma", "0.3",
-    ]  # fmt: skip
+        "--emu-decode-ms-per-token",
+        "40",
+        "--emu-running-slots",
+        "4",
+        "--emu-mean-output-tokens",
+        "100",
+        "--emu-output-sigma",
+        "0.3",
+    ]
     ledger = out / "emulator-ledger.jsonl"
 
     run_id = srv.run_deployment("eagle3-datagen/demo", {"config": config}, env=CLIENT_ENV)
@@ -115,11 +130,16 @@ def test_prefect_server_restart_mid_run_loses_nothing_and_duplicates_nothing(
     back = datetime.now(UTC)
     first = srv.wait_final(run_id, timeout=300)
     history = state_history(srv, run_id)
-    retries = [line for line in worker_log.read_text().splitlines()
-               if "Another attempt will be made" in line]  # fmt: skip
-    print(f"first run: {first['state_type']} {first['state']['message']!r}, states {history}; "
-          f"{during} requests answered during the {OUTAGE_S} s outage, server back "
-          f"{restart_s:.1f} s after restart; {len(retries)} client retries logged")  # fmt: skip
+    retries = [
+        line
+        for line in worker_log.read_text().splitlines()
+        if "Another attempt will be made" in line
+    ]
+    print(
+        f"first run: {first['state_type']} {first['state']['message']!r}, states {history}; "
+        f"{during} requests answered during the {OUTAGE_S} s outage, server back "
+        f"{restart_s:.1f} s after restart; {len(retries)} client retries logged"
+    )
     assert during > 0, "generation went on while the Prefect server was down"
 
     if first["state_type"] != "COMPLETED":
@@ -129,8 +149,9 @@ def test_prefect_server_restart_mid_run_loses_nothing_and_duplicates_nothing(
         assert rerun["state_type"] == "COMPLETED", rerun["state"]
     else:
         # Each partition's progress reporter outlived the outage: progress lines after it.
-        subs = srv.post("/flow_runs/filter",
-                        {"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}})  # fmt: skip
+        subs = srv.post(
+            "/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}}
+        )
         logs = run_logs(srv, [s["id"] for s in subs], after=back)
         matches = [m for ts, msg in logs if ts > back and (m := PROGRESS.match(msg))]
         after = {m.group(1) for m in matches if m.group(2) != m.group(3)}  # not the final line

@@ -44,8 +44,9 @@ def runs(
     hook = Hook()
     notification_block(srv, hook.url)
     # The shipped file has no block id, so Prefect refuses it as it is ...
-    refused = srv.cli("automation", "create", "--from-file",
-                      "flows/automations/throughput-low.yaml", check=False)  # fmt: skip
+    refused = srv.cli(
+        "automation", "create", "--from-file", "flows/automations/throughput-low.yaml", check=False
+    )
     assert "block_document_id" in refused, refused
     assert not srv.post("/automations/filter")
     # ... and `eagle3-datagen alarm install` creates it with the named block, as README says.
@@ -59,8 +60,9 @@ def runs(
     # A server that answers every /generate with HTTP 500, attached to by URL.
     broken = EmulatorProcess("--emu-fault-500-rate", "1.0").wait_ready()
     failing = demo_config(tmp / "failing").model_dump(mode="json")
-    failing["retries"].update(max_attempts=2, backoff_initial_s=0.1, batch_retries=1,
-                              batch_retry_delay_s=[0.5])  # fmt: skip
+    failing["retries"].update(
+        max_attempts=2, backoff_initial_s=0.1, batch_retries=1, batch_retry_delay_s=[0.5]
+    )
     # Valid JSON for the form, but the partition names a tier that does not exist.
     invalid = demo_config(tmp / "invalid").model_dump(mode="json")
     invalid["partitions"][0]["tier"] = "MEDIUM"
@@ -82,8 +84,14 @@ def runs(
 
 def datagen_cli(srv: PrefectServer, *args: str) -> str:
     """``eagle3-datagen ARGS`` against the test's Prefect server."""
-    proc = subprocess.run([sys.executable, "-m", "eagle3_datagen_flows.cli", *args], cwd=REPO,
-                          env=srv.env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "eagle3_datagen_flows.cli", *args],
+        cwd=REPO,
+        env=srv.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -98,9 +106,11 @@ def subflow_runs(srv: PrefectServer, parent_id: str) -> dict[str, dict[str, Any]
 
 def artifacts(srv: PrefectServer, flow_run_ids: list[str], key: str) -> list[dict[str, Any]]:
     return list(
-        srv.post("/artifacts/filter", {"artifacts": {"key": {"any_": [key]},
-                                                     "flow_run_id": {"any_": flow_run_ids}}})
-    )  # fmt: skip
+        srv.post(
+            "/artifacts/filter",
+            {"artifacts": {"key": {"any_": [key]}, "flow_run_id": {"any_": flow_run_ids}}},
+        )
+    )
 
 
 def test_deployments_have_a_paused_schedule_and_a_real_form(
@@ -164,8 +174,9 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
     run = srv.get(f"/flow_runs/{runs.demo}")
     assert run["state_type"] == "COMPLETED", run["state"]["message"]
     # A name that says what ran: the deployment, the partitions, when.
-    assert re.fullmatch(r"demo: demo_short\+demo_long\+demo_images \d{4}-\d\d-\d\d \d\d:\d\dZ",
-                        run["name"])  # fmt: skip
+    assert re.fullmatch(
+        r"demo: demo_short\+demo_long\+demo_images \d{4}-\d\d-\d\d \d\d:\d\dZ", run["name"]
+    )
     subs = subflow_runs(srv, runs.demo)
     assert set(subs) == {"partition-demo_short", "partition-demo_long", "partition-demo_images"}
     assert all(re.fullmatch(r"\S+ \d{4}-\d\d-\d\d \d\d:\d\dZ", s["name"]) for s in subs.values())
@@ -180,8 +191,11 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
         batches = [t for t in tasks if t["name"].startswith("generate[")]
         assert batches and all(want <= set(t["tags"]) for t in batches)
     # Side by side: the two text partitions' subflows overlapped (not one after the other).
-    spans = [(datetime.fromisoformat(sub["start_time"]), datetime.fromisoformat(sub["end_time"]))
-             for name, sub in subs.items() if name != "partition-demo_images"]  # fmt: skip
+    spans = [
+        (datetime.fromisoformat(sub["start_time"]), datetime.fromisoformat(sub["end_time"]))
+        for name, sub in subs.items()
+        if name != "partition-demo_images"
+    ]
     overlap = (min(e for _, e in spans) - max(s for s, _ in spans)).total_seconds()
     gap = abs((spans[0][0] - spans[1][0]).total_seconds())
     print(f"subflow spans {spans}, start gap {gap:.1f} s, overlap {overlap:.1f} s")
@@ -237,10 +251,16 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
 def test_low_throughput_raises_one_alarm_per_dip(prefect_server: PrefectServer, runs: Runs) -> None:
     srv = prefect_server
     resource = f"prefect.flow-run.{runs.demo}"
-    page = srv.post("/events/filter", {"filter": {
-        "event": {"prefix": ["eagle3-datagen.throughput."]},
-        "resource": {"id": [resource]},
-    }, "limit": 50})  # fmt: skip
+    page = srv.post(
+        "/events/filter",
+        {
+            "filter": {
+                "event": {"prefix": ["eagle3-datagen.throughput."]},
+                "resource": {"id": [resource]},
+            },
+            "limit": 50,
+        },
+    )
     events = page["events"]
     assert [e["event"] for e in events] == ["eagle3-datagen.throughput.low"]  # once, not per sample
     payload = events[0]["payload"]
@@ -273,8 +293,10 @@ def test_a_failing_batch_and_its_partition_say_why(
     assert sub["state_type"] == "FAILED"
     assert "batches of partition demo_short failed" in sub["state"]["message"]
 
-    query = {"task_runs": {"state": {"type": {"any_": ["FAILED"]}}},
-             "flow_runs": {"id": {"any_": [sub["id"]]}}}  # fmt: skip
+    query = {
+        "task_runs": {"state": {"type": {"any_": ["FAILED"]}}},
+        "flow_runs": {"id": {"any_": [sub["id"]]}},
+    }
     failed = srv.post("/task_runs/filter", query)
     batches = [t for t in failed if t["name"].startswith("generate[")]
     assert batches, failed
@@ -293,8 +315,12 @@ def test_a_failing_batch_and_its_partition_say_why(
     [table] = artifacts(srv, [sub["id"]], "failed-batches-demo-short")
     rows = json.loads(table["data"])
     assert [r["batch"] for r in rows] == [f"demo_short/{i:04d}" for i in range(4)]
-    assert [(r["first_line"], r["last_line"]) for r in rows] == [(1, 16), (17, 32), (33, 48),
-                                                               (49, 64)]  # fmt: skip
+    assert [(r["first_line"], r["last_line"]) for r in rows] == [
+        (1, 16),
+        (17, 32),
+        (33, 48),
+        (49, 64),
+    ]
     for r in rows:
         assert r["attempts"] == 2 and "request failed after 2 attempts: HTTP 500" in r["cause"]
 
@@ -303,11 +329,15 @@ def test_a_failing_batch_and_its_partition_say_why(
     [row] = json.loads(summary["data"])
     assert row["status"] == "failed" and "HTTP 500" in row["error"]
     assert (row["input_lines"], row["accepted"], row["output_tokens"]) == (64, 0, 0)
-    assert row["error"].startswith(f"[4 failed batches]({srv.api.removesuffix('/api')}"
-                                   f"/artifacts/artifact/{table['id']}): ")  # fmt: skip
+    assert row["error"].startswith(
+        f"[4 failed batches]({srv.api.removesuffix('/api')}/artifacts/artifact/{table['id']}): "
+    )
 
     # The same from the command line.
     out = datagen_cli(srv, "failures", runs.failing)
     assert "4 failed batches:" in out
-    assert re.search(r"demo_short/0002\t33-48\t2\tline \d+: request failed after 2 attempts: "
-                     r"HTTP 500", out), out  # fmt: skip
+    assert re.search(
+        r"demo_short/0002\t33-48\t2\tline \d+: request failed after 2 attempts: "
+        r"HTTP 500",
+        out,
+    ), out

@@ -32,7 +32,7 @@ def emu(tmp_path_factory: pytest.TempPathFactory, ledger_path: Path) -> Iterator
     # A fixed seed: without one the emulator, like SGLang, draws one per launch.
     yield factory.start(
         "--context-length", "8192", "--random-seed", "0", "--emu-ledger", str(ledger_path)
-    )  # fmt: skip
+    )
     factory.stop_all()
 
 
@@ -48,11 +48,17 @@ def hf_tokenizer() -> Any:
 def special(hf_tokenizer: Any) -> dict[str, int]:
     """Special-token ids resolved by string, never hard-coded."""
     names = {
-        "think": "<think>", "think_end": "</think>", "im_end": "<|im_end|>", "eos": "[EOS]",
-        "im_middle": "<|im_middle|>", "sec_begin": "<|tool_calls_section_begin|>",
-        "sec_end": "<|tool_calls_section_end|>", "call_begin": "<|tool_call_begin|>",
-        "arg_begin": "<|tool_call_argument_begin|>", "call_end": "<|tool_call_end|>",
-    }  # fmt: skip
+        "think": "<think>",
+        "think_end": "</think>",
+        "im_end": "<|im_end|>",
+        "eos": "[EOS]",
+        "im_middle": "<|im_middle|>",
+        "sec_begin": "<|tool_calls_section_begin|>",
+        "sec_end": "<|tool_calls_section_end|>",
+        "call_begin": "<|tool_call_begin|>",
+        "arg_begin": "<|tool_call_argument_begin|>",
+        "call_end": "<|tool_call_end|>",
+    }
     return {k: int(hf_tokenizer.convert_tokens_to_ids(v)) for k, v in names.items()}
 
 

@@ -58,12 +58,16 @@ def test_prompt_plus_max_new_tokens_exceeds_context(emu: EmulatorProcess) -> Non
         ({"top_k": 0}, "top_k must be -1 (disable) or at least 1, got 0."),
         ({"min_p": 2}, "min_p must be in [0, 1], got 2.0."),
         ({"max_new_tokens": -1}, "max_new_tokens must be at least 0, got -1."),
-        ({"repetition_penalty": 3},
-         "repetition_penalty must be in (0, 2] (1.0 = no penalty), got 3.0."),
-        ({"max_new_tokens": 2, "min_new_tokens": 3},
-         "min_new_tokens must be in [0, max_new_tokens(2)], got 3."),
+        (
+            {"repetition_penalty": 3},
+            "repetition_penalty must be in (0, 2] (1.0 = no penalty), got 3.0.",
+        ),
+        (
+            {"max_new_tokens": 2, "min_new_tokens": 3},
+            "min_new_tokens must be in [0, max_new_tokens(2)], got 3.",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_sampling_values(emu: EmulatorProcess, params: dict[str, Any], message: str) -> None:
     assert _error(emu, {"input_ids": [1, 2], "sampling_params": params}) == {
         "error": {"message": message}
@@ -111,7 +115,7 @@ def test_out_of_vocab_ids_accepted_like_sglang(emu: EmulatorProcess) -> None:
         ({"sampling_params": {"n": 2}}, "n > 1 (parallel sampling)"),
         ({"sampling_params": {"stop": ["\n"]}}, "A stop string (stop, stop_regex)"),
     ],
-)  # fmt: skip
+)
 def test_what_the_pipeline_never_sends_is_refused(
     emu: EmulatorProcess, extra: dict[str, Any], what: str
 ) -> None:

@@ -42,17 +42,30 @@ def test_ledger_equals_responses(
         assert rec["output_ids"] == out["output_ids"]
         assert rec["finish_reason"] == out["meta_info"]["finish_reason"]
         assert rec["prompt_tokens"] == out["meta_info"]["prompt_tokens"]
-        assert set(rec) == {"rid", "input_ids_sha256", "prompt_tokens", "output_ids",
-                            "finish_reason", "ts"}  # fmt: skip
+        assert set(rec) == {
+            "rid",
+            "input_ids_sha256",
+            "prompt_tokens",
+            "output_ids",
+            "finish_reason",
+            "ts",
+        }
     assert mine["ledger-0"]["input_ids_sha256"] == input_ids_sha256(prompt)
     assert mine["ledger-b"]["input_ids_sha256"] == input_ids_sha256(prompt[:-1])
 
 
 FAULT_FLAGS = [
-    "--emu-fault-400-rate", "0.12", "--emu-fault-500-rate", "0.12",
-    "--emu-fault-503-rate", "0.12", "--emu-fault-reset-rate", "0.12",
-    "--emu-fault-abort-rate", "0.12",
-]  # fmt: skip
+    "--emu-fault-400-rate",
+    "0.12",
+    "--emu-fault-500-rate",
+    "0.12",
+    "--emu-fault-503-rate",
+    "0.12",
+    "--emu-fault-reset-rate",
+    "0.12",
+    "--emu-fault-abort-rate",
+    "0.12",
+]
 
 
 def _outcome(emu: EmulatorProcess, body: dict[str, Any] = BODY) -> str:
@@ -95,8 +108,11 @@ def test_abort_fault_returns_partial_output(
     full = clean.generate({"input_ids": prompt, "sampling_params": sp})["output_ids"]
     out = faulty.generate({"input_ids": prompt, "sampling_params": sp})
     assert out["meta_info"]["finish_reason"] == {
-        "type": "abort", "message": "Aborted", "status_code": None, "err_type": None,
-    }  # fmt: skip
+        "type": "abort",
+        "message": "Aborted",
+        "status_code": None,
+        "err_type": None,
+    }
     ids = out["output_ids"]
     assert len(ids) < len(full) and ids == full[: len(ids)]
     assert out["meta_info"]["completion_tokens"] == len(ids)
@@ -144,9 +160,15 @@ def slow_emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorProce
     """2 decode slots, 2 queue places, 10 ms per output token, prefill at 1000 tokens/s."""
     factory = EmulatorFactory(tmp_path_factory.mktemp("slow"))
     yield factory.start(
-        "--emu-running-slots", "2", "--emu-decode-ms-per-token", "10",
-        "--emu-prefill-tokens-per-s", "1000", "--max-queued-requests", "2",
-    )  # fmt: skip
+        "--emu-running-slots",
+        "2",
+        "--emu-decode-ms-per-token",
+        "10",
+        "--emu-prefill-tokens-per-s",
+        "1000",
+        "--max-queued-requests",
+        "2",
+    )
     factory.stop_all()
 
 
@@ -177,8 +199,13 @@ def test_queue_full_duplicate_rid_and_stats(slow_emu: EmulatorProcess, prompt: l
     assert dup.json() == {"error": {"message": "Duplicate request ID detected: job-0"}}
     full = emu.client.post("/generate", json={"input_ids": prompt, "rid": "one-too-many"})
     assert full.status_code == 503
-    assert full.json() == {"object": "error", "message": "The request queue is full.",
-                           "type": "503", "param": None, "code": 503}  # fmt: skip
+    assert full.json() == {
+        "object": "error",
+        "message": "The request queue is full.",
+        "type": "503",
+        "param": None,
+        "code": 503,
+    }
     for t in threads:
         t.join(30)
     for r in results.values():

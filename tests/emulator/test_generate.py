@@ -11,10 +11,17 @@ from tests.support.emulator import EmulatorFactory, EmulatorProcess
 from tests.support.prompts import WEATHER_TOOL, render
 
 META_KEYS = {
-    "id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
-    "completion_tokens", "cached_tokens", "e2e_latency", "reasoning_tokens",
+    "id",
+    "finish_reason",
+    "prompt_tokens",
+    "weight_version",
+    "num_retractions",
+    "completion_tokens",
+    "cached_tokens",
+    "e2e_latency",
+    "reasoning_tokens",
     "response_sent_to_client_ts",
-}  # fmt: skip
+}
 
 
 def test_single_response_shape(emu: EmulatorProcess, prompt: list[int]) -> None:
@@ -36,8 +43,10 @@ def test_rid_rules(emu: EmulatorProcess, prompt: list[int]) -> None:
         emu.generate({"input_ids": prompt, "rid": "r-1", "sampling_params": sp})["meta_info"]["id"]
         == "r-1"
     )
-    ids = [emu.generate({"input_ids": prompt, "sampling_params": sp})["meta_info"]["id"]
-           for _ in range(2)]  # fmt: skip
+    ids = [
+        emu.generate({"input_ids": prompt, "sampling_params": sp})["meta_info"]["id"]
+        for _ in range(2)
+    ]
     assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids) and ids[0] != ids[1]
     # a finished rid may be sent again (the pipeline retries with the same rid)
     again = emu.generate({"input_ids": prompt, "rid": "r-1", "sampling_params": sp})

@@ -29,8 +29,11 @@ def _fixture_model(tmp_path: Path, token_id: int) -> KimiImages:
 def test_counts_and_expansions_are_sglangs(tmp_path: Path) -> None:
     recorded = json.loads((FIXTURES / "sglang-0.5.23.json").read_text(encoding="utf-8"))
     media = _fixture_model(tmp_path, recorded["image_token_id"])
-    wrong = [c for c in recorded["counts"]
-             if media.token_count(c["width"], c["height"]) != c["num_tokens"]]  # fmt: skip
+    wrong = [
+        c
+        for c in recorded["counts"]
+        if media.token_count(c["width"], c["height"]) != c["num_tokens"]
+    ]
     assert not wrong and len(recorded["counts"]) > 300
     for case in recorded["expansions"]:
         if "error" in case:
@@ -48,9 +51,17 @@ def test_bundled_models_serve_images_with_the_fixture_rules(asset: str) -> None:
     media = KimiImages.load(ASSETS / asset)
     fixture = json.loads((FIXTURES / "preprocessor_config.json").read_text())["media_proc_cfg"]
     assert media is not None
-    assert (media.patch_size, media.merge_kernel_size, media.in_patch_limit,
-            media.patch_limit_on_one_side) == (fixture["patch_size"], fixture["merge_kernel_size"],
-            fixture["in_patch_limit"], fixture["patch_limit_on_one_side"])  # fmt: skip
+    assert (
+        media.patch_size,
+        media.merge_kernel_size,
+        media.in_patch_limit,
+        media.patch_limit_on_one_side,
+    ) == (
+        fixture["patch_size"],
+        fixture["merge_kernel_size"],
+        fixture["in_patch_limit"],
+        fixture["patch_limit_on_one_side"],
+    )
 
 
 def test_caller_identities_and_missing_processor_are_refused(tmp_path: Path) -> None:

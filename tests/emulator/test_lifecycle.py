@@ -97,16 +97,47 @@ def test_server_info_reports_flat_args(emu: EmulatorProcess) -> None:
 
 def test_launch_flags_accepted(emu_factory: EmulatorFactory) -> None:
     emu = emu_factory.start(
-        "--tp-size", "8", "--dp-size", "2", "--mem-fraction-static", "0.88",
-        "--enable-hierarchical-cache", "--hicache-size", "48", "--hicache-ratio", "2.5",
-        "--num-continuous-decode-steps", "4", "--trust-remote-code", "--host", "127.0.0.1",
-        "--max-running-requests", "256", "--chunked-prefill-size", "8192", "--random-seed", "1",
-        "--skip-server-warmup", "--log-level", "warning", "--served-model-name", "kimi",
-        "--max-queued-requests", "1000", "--tool-call-parser", "kimi_k2", "--enable-metrics",
-        "--stream-interval", "4", "--api-key", "k-s3cret",
+        "--tp-size",
+        "8",
+        "--dp-size",
+        "2",
+        "--mem-fraction-static",
+        "0.88",
+        "--enable-hierarchical-cache",
+        "--hicache-size",
+        "48",
+        "--hicache-ratio",
+        "2.5",
+        "--num-continuous-decode-steps",
+        "4",
+        "--trust-remote-code",
+        "--host",
+        "127.0.0.1",
+        "--max-running-requests",
+        "256",
+        "--chunked-prefill-size",
+        "8192",
+        "--random-seed",
+        "1",
+        "--skip-server-warmup",
+        "--log-level",
+        "warning",
+        "--served-model-name",
+        "kimi",
+        "--max-queued-requests",
+        "1000",
+        "--tool-call-parser",
+        "kimi_k2",
+        "--enable-metrics",
+        "--stream-interval",
+        "4",
+        "--api-key",
+        "k-s3cret",
         # SGLang flags the emulator does not model, and SGLang's abbreviations (allow_abbrev)
-        "--enable-deterministic-inference", "--context-len", "8192",
-    )  # fmt: skip
+        "--enable-deterministic-inference",
+        "--context-len",
+        "8192",
+    )
     auth = {"Authorization": "Bearer k-s3cret"}
     info = emu.client.get("/server_info", headers=auth).json()
     assert info["tp_size"] == 8 and info["dp_size"] == 2
@@ -141,8 +172,10 @@ def test_unknown_or_ambiguous_flag_exits_2(flags: list[str], error: str) -> None
     """SGLang's argparse exits 2 on these; a launcher must see the same from the emulator."""
     done = subprocess.run(
         [sys.executable, "-m", "sglang_emulator", "--model-path", str(TOKENIZER_DIR), *flags],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert error in done.stderr
 

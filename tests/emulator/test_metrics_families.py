@@ -29,8 +29,11 @@ def _differ(served: str, recorded: str) -> dict[str, object]:
     out: dict[str, object] = {}
     for read in (families, helps, buckets):
         a, b = read(served), read(recorded)
-        out |= {f"{read.__name__}:{n}": (a.get(n), b.get(n)) for n in a.keys() | b.keys()
-                if a.get(n) != b.get(n)}  # fmt: skip
+        out |= {
+            f"{read.__name__}:{n}": (a.get(n), b.get(n))
+            for n in a.keys() | b.keys()
+            if a.get(n) != b.get(n)
+        }
     return out
 
 
@@ -49,10 +52,20 @@ def test_the_emulators_metrics_replay_sglangs_recorded_exposition(
     emu_factory: EmulatorFactory,
 ) -> None:
     emu = emu_factory.start(
-        "--emu-physics", "kv-poor", "--emu-time-scale", "0.001", "--emu-max-total-tokens",
-        "20000", "--emu-mean-output-tokens", "3000", "--emu-output-sigma", "0.2",
-        "--enable-metrics", "--served-model-name", "moonshotai/Kimi-K2.5",
-    )  # fmt: skip
+        "--emu-physics",
+        "kv-poor",
+        "--emu-time-scale",
+        "0.001",
+        "--emu-max-total-tokens",
+        "20000",
+        "--emu-mean-output-tokens",
+        "3000",
+        "--emu-output-sigma",
+        "0.2",
+        "--enable-metrics",
+        "--served-model-name",
+        "moonshotai/Kimi-K2.5",
+    )
     recorded = SGLANG.read_text()
     fresh = emu.client.get("/metrics").text
     assert len(families(recorded)) == 66
@@ -77,5 +90,6 @@ def test_the_emulators_metrics_replay_sglangs_recorded_exposition(
 
 
 def _value(text: str, prefix: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(prefix))  # fmt: skip
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
+    )

@@ -44,8 +44,9 @@ def test_more_running_requests_make_slower_steps_and_more_tokens(
     emu = emu_factory.start("--emu-physics", "seed-node", "--emu-time-scale", "0.05")
     vocab = Vocab(TOKENIZER_DIR)
     sp = {"max_new_tokens": 200, "ignore_eos": True}
-    alone, t1 = asyncio.run(_send(emu.url, [{"input_ids": make_prompt(vocab, 100, 0),
-                                             "sampling_params": sp}]))  # fmt: skip
+    alone, t1 = asyncio.run(
+        _send(emu.url, [{"input_ids": make_prompt(vocab, 100, 0), "sampling_params": sp}])
+    )
     bodies = [{"input_ids": make_prompt(vocab, 100, i), "sampling_params": sp} for i in range(64)]
     loaded, t64 = asyncio.run(_send(emu.url, bodies))
     assert all(len(r["output_ids"]) == 200 for r in alone + loaded)
@@ -57,10 +58,18 @@ def test_more_running_requests_make_slower_steps_and_more_tokens(
 
 def test_full_kv_pool_retracts_and_reports_it(emu_factory: EmulatorFactory) -> None:
     emu = emu_factory.start(
-        "--emu-physics", "kv-poor", "--emu-time-scale", "0.001", "--emu-max-total-tokens",
-        "20000", "--emu-mean-output-tokens", "3000", "--emu-output-sigma", "0.2",
+        "--emu-physics",
+        "kv-poor",
+        "--emu-time-scale",
+        "0.001",
+        "--emu-max-total-tokens",
+        "20000",
+        "--emu-mean-output-tokens",
+        "3000",
+        "--emu-output-sigma",
+        "0.2",
         "--enable-metrics",
-    )  # fmt: skip
+    )
     vocab = Vocab(TOKENIZER_DIR)
     sp = {"max_new_tokens": 4000}
     bodies = [{"input_ids": make_prompt(vocab, 200, i), "sampling_params": sp} for i in range(20)]
@@ -86,15 +95,20 @@ def test_metrics_only_with_enable_metrics_and_v1_loads_always(
 def test_output_length_follows_the_requests_max_new_tokens(emu_factory: EmulatorFactory) -> None:
     """--emu-output-by-max-new: one server serves tiers with different mean output lengths."""
     emu = emu_factory.start(
-        "--emu-output-by-max-new", "1000:50,8000:2000", "--emu-mean-output-tokens", "400",
-        "--emu-output-sigma", "0.3",
-    )  # fmt: skip
+        "--emu-output-by-max-new",
+        "1000:50,8000:2000",
+        "--emu-mean-output-tokens",
+        "400",
+        "--emu-output-sigma",
+        "0.3",
+    )
     vocab = Vocab(TOKENIZER_DIR)
 
     def mean_len(max_new: int) -> float:
         sp = {"max_new_tokens": max_new}
-        bodies = [{"input_ids": make_prompt(vocab, 50, i), "sampling_params": sp}
-                  for i in range(40)]  # fmt: skip
+        bodies = [
+            {"input_ids": make_prompt(vocab, 50, i), "sampling_params": sp} for i in range(40)
+        ]
         out, _ = asyncio.run(_send(emu.url, bodies))
         return sum(len(r["output_ids"]) for r in out) / len(out)
 
@@ -114,8 +128,10 @@ def test_idle_time_and_lost_lag_are_counted_apart(emu_factory: EmulatorFactory) 
 
     emu = emu_factory.start("--emu-physics", "seed-node", "--emu-time-scale", "0.05")
     vocab = Vocab(TOKENIZER_DIR)
-    body = {"input_ids": make_prompt(vocab, 100, 0),
-            "sampling_params": {"max_new_tokens": 100, "ignore_eos": True}}  # fmt: skip
+    body = {
+        "input_ids": make_prompt(vocab, 100, 0),
+        "sampling_params": {"max_new_tokens": 100, "ignore_eos": True},
+    }
     asyncio.run(_send(emu.url, [body]))
     s0 = emu.stats()["physics"]
     time.sleep(0.6)  # nothing sent: the server is idle

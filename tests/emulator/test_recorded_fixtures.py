@@ -152,16 +152,23 @@ def sglang_parsed() -> dict[str, dict[str, Any]]:
 
 
 def calls_of(message: dict[str, Any]) -> list[tuple[str, Any]]:
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"]))
-            for c in message.get("tool_calls", [])]  # fmt: skip
+    return [
+        (c["function"]["name"], json.loads(c["function"]["arguments"]))
+        for c in message.get("tool_calls", [])
+    ]
 
 
 def our_calls(tok: ChatTokenizer, case: dict[str, Any], output_ids: list[int]) -> Any:
     """The calls our pipeline carries into the next turn for ``output_ids`` (the message
     sglang/chat_response.py builds, as SGLang's chat path would return it)."""
     req = case["request"]
-    message, _ = served_message(tok.tok, ChatRequest(req["messages"], req["tools"]),
-                                case["prompt_ids"], output_ids, stop_matched=True)  # fmt: skip
+    message, _ = served_message(
+        tok.tok,
+        ChatRequest(req["messages"], req["tools"]),
+        case["prompt_ids"],
+        output_ids,
+        stop_matched=True,
+    )
     return calls_of(message)
 
 
@@ -248,10 +255,18 @@ def test_health_during_startup_agrees(emu_factory: EmulatorFactory) -> None:
 @pytest.mark.parametrize(("name", "fixture"), load("launch"), ids=[n for n, _ in load("launch")])
 def test_refused_launch_agrees(name: str, fixture: dict[str, Any]) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "sglang_emulator", "--model-path", str(TOKENIZER_DIR),
-         *fixture["launch_args"]],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sglang_emulator",
+            "--model-path",
+            str(TOKENIZER_DIR),
+            *fixture["launch_args"],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == fixture["exit_code"]
     error = done.stderr.strip().splitlines()[-1].split(": error: ", 1)[1]
     real = fixture["error"]
@@ -266,14 +281,30 @@ def test_refused_launch_agrees(name: str, fixture: dict[str, Any]) -> None:
 
 def test_every_case_our_client_depends_on_is_recorded() -> None:
     names = {p.stem for p in FIXTURES.glob("*.json")}
-    for needed in ("generate_success", "generate_stop", "generate_length", "generate_abort",
-                   "error_contract_unknown_key", "error_prompt_too_long",
-                   "error_total_over_context", "error_verify_repetition_penalty",
-                   "error_duplicate_rid", "error_malformed_json", "auth_wrong_key",
-                   "auth_missing_key", "auth_health_exempt", "error_queue_full",
-                   "health_startup", "server_info", "model_info", "v1_models",
-                   # regenerate: all_turns and samples: N (generate/batch.py)
-                   "generate_all_turns_tool_call", "generate_all_turns_after_tool_result",
-                   "generate_all_turns_after_follow_up", "generate_sample_0_turn_0",
-                   "generate_sample_2_turn_0"):  # fmt: skip
+    for needed in (
+        "generate_success",
+        "generate_stop",
+        "generate_length",
+        "generate_abort",
+        "error_contract_unknown_key",
+        "error_prompt_too_long",
+        "error_total_over_context",
+        "error_verify_repetition_penalty",
+        "error_duplicate_rid",
+        "error_malformed_json",
+        "auth_wrong_key",
+        "auth_missing_key",
+        "auth_health_exempt",
+        "error_queue_full",
+        "health_startup",
+        "server_info",
+        "model_info",
+        "v1_models",
+        # regenerate: all_turns and samples: N (generate/batch.py)
+        "generate_all_turns_tool_call",
+        "generate_all_turns_after_tool_result",
+        "generate_all_turns_after_follow_up",
+        "generate_sample_0_turn_0",
+        "generate_sample_2_turn_0",
+    ):
         assert needed in names

@@ -26,9 +26,15 @@ def _generate(model: FakeModel, ids: list[int], seed: int = 0) -> list[int]:
 
 
 def _render(hf_tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
-    return list(hf_tokenizer.apply_chat_template(
-        messages, tools=[WEATHER_TOOL], add_generation_prompt=True, tokenize=True,
-        return_dict=False))  # fmt: skip
+    return list(
+        hf_tokenizer.apply_chat_template(
+            messages,
+            tools=[WEATHER_TOOL],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+    )
 
 
 def _section(hf_tokenizer: Any, out: list[int]) -> str:
@@ -56,11 +62,19 @@ def test_the_script_sets_the_calls_and_only_in_the_last_message(
     # After the tool result, the user's script is no longer the last message: no call.
     history: list[dict[str, Any]] = [
         {"role": "user", "content": ask},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "functions.get_weather:0", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "functions.get_weather:0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "21 C"},
-    ]  # fmt: skip
+    ]
     assert _section(hf_tokenizer, _generate(model, _render(hf_tokenizer, history))) == ""
     # The same prompt gives the same calls whatever the seed; only the words around change.
     prompt = _render(hf_tokenizer, [{"role": "user", "content": ask}])

@@ -72,8 +72,10 @@ def test_served_over_http_with_trust_remote_code(tmp_path: Path, hf: Any) -> Non
         assert "--trust-remote-code" in refused.stderr
         emu = factory.start("--trust-remote-code", model_path=TIKTOKEN_DIR)
         prompt = render(hf, "Think about 1+1.")
-        body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 2048,
-                "stop_token_ids": [163586, 163585]}}  # fmt: skip
+        body = {
+            "input_ids": prompt,
+            "sampling_params": {"max_new_tokens": 2048, "stop_token_ids": [163586, 163585]},
+        }
         r = emu.generate(body)
         out = r["output_ids"]
         assert out[-1] == 163586 and out.count(163607) == 1

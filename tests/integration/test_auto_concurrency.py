@@ -43,10 +43,11 @@ async def _run_artifacts_and_logs(
     async with get_client() as client:
         recent = await client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=50)
         (parent,) = [
-            r for r in recent
+            r
+            for r in recent
             if (r.parameters.get("config") or {}).get("output_dir") == str(output_dir)
             and r.parent_task_run_id is None
-        ]  # fmt: skip
+        ]
         artifacts = await client.read_artifacts(
             artifact_filter=ArtifactFilter(
                 flow_run_id=ArtifactFilterFlowRunId(any_=[parent.id]),
@@ -75,10 +76,17 @@ async def _run_artifacts_and_logs(
 
 def test_auto_behind_a_router_next_to_a_static_tier(tmp_path: Path, emulator_factory: Any) -> None:
     emus = [
-        emulator_factory("--emu-physics", "seed-node", "--emu-time-scale", "0.002",
-                         "--enable-metrics", "--emu-mean-output-tokens", "200")
+        emulator_factory(
+            "--emu-physics",
+            "seed-node",
+            "--emu-time-scale",
+            "0.002",
+            "--enable-metrics",
+            "--emu-mean-output-tokens",
+            "200",
+        )
         for _ in range(2)
-    ]  # fmt: skip
+    ]
     for emu in emus:
         emu.wait_ready()
     data = base_config(tmp_path, write_prompts(tmp_path / "auto.jsonl", 300, words=20))

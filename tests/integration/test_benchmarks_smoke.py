@@ -17,10 +17,20 @@ REPO = Path(__file__).resolve().parents[2]
 def test_quick_benchmark_prints_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "run_all.py"), "--quick", "--scale", "0.02",
-         "--json", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "run_all.py"),
+            "--quick",
+            "--scale",
+            "0.02",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(out.read_text())
     parts = {f["part"] for f in results["figures"]}

@@ -114,8 +114,14 @@ def test_every_kind_of_input_change_sends_only_what_is_not_done(
 
     # Added at the start, in the middle and at the end: only the new ones are sent, and the
     # records of the others are the very same outputs, now on their new lines.
-    lines = [prompt_line(100), *lines[:17], prompt_line(101), prompt_line(102), *lines[17:],
-             prompt_line(103)]  # fmt: skip
+    lines = [
+        prompt_line(100),
+        *lines[:17],
+        prompt_line(101),
+        prompt_line(102),
+        *lines[17:],
+        prompt_line(103),
+    ]
     got = rerun(lines, {"p0000100", "p0000101", "p0000102", "p0000103"}, "lines added")
     for pid, rec in first.items():
         assert got[pid]["output_ids"] == rec["output_ids"]

@@ -55,15 +55,23 @@ def weather_conversation(cid: str, asked_city: str, data_city: str = "Paris") ->
         "tools": [WEATHER_TOOL],
         "messages": [
             {"role": "user", "content": f"Weather in {data_city}? [[call get_weather {script}]]"},
-            {"role": "assistant", "content": "Let me look.", "tool_calls": [
-                {"id": "call_7", "type": "function",
-                 "function": {"name": "get_weather", "arguments": args}}]},
+            {
+                "role": "assistant",
+                "content": "Let me look.",
+                "tool_calls": [
+                    {
+                        "id": "call_7",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": args},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_7", "content": '{"temp_c": 18}'},
             {"role": "assistant", "content": "It is 18 C in Paris."},
             {"role": "user", "content": "And should I take a coat tomorrow?"},
             {"role": "assistant", "content": "Yes, a light one."},
         ],
-    }  # fmt: skip
+    }
 
 
 def _config(tmp_path: Path, rows: list[dict[str, Any]], **partition: Any) -> PipelineConfig:
@@ -100,14 +108,22 @@ def message_from_output(hf_tokenizer: Any, output_ids: list[int]) -> dict[str, A
     text = text.removesuffix("<|im_end|>")
     reasoning, _, rest = text.partition("</think>")
     content, _, section = rest.partition("<|tool_calls_section_begin|>")
-    message: dict[str, Any] = {"role": "assistant", "content": content,
-                               "reasoning_content": reasoning}  # fmt: skip
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": content,
+        "reasoning_content": reasoning,
+    }
     calls = [
-        {"id": head.strip(), "type": "function",
-         "function": {"name": head.strip().removeprefix("functions.").split(":")[0],
-                      "arguments": args.strip()}}
+        {
+            "id": head.strip(),
+            "type": "function",
+            "function": {
+                "name": head.strip().removeprefix("functions.").split(":")[0],
+                "arguments": args.strip(),
+            },
+        }
         for head, args in _CALL.findall(section)
-    ]  # fmt: skip
+    ]
     if calls:
         message["tool_calls"] = calls
     return message
@@ -133,7 +149,10 @@ async def test_three_turns_with_a_tool_call_are_rendered_on_the_models_own_histo
     assert not list(out.rejects_dir.glob("*.parquet"))
     turns = [records[f"wx#t{k}"] for k in range(3)]
     assert [(r["conversation_id"], r["turn"], r["sample"]) for r in turns] == [
-        ("wx", 0, 0), ("wx", 1, 0), ("wx", 2, 0)]  # fmt: skip
+        ("wx", 0, 0),
+        ("wx", 1, 0),
+        ("wx", 2, 0),
+    ]
     assert all(r["stop_reason"] is None for r in turns)
 
     # The model called the data's tool, with the data's arguments, in turn 0.
@@ -173,8 +192,10 @@ async def test_a_diverging_tool_call_stops_the_conversation_with_its_reason(
     tmp_path: Path, emulator_factory: Any
 ) -> None:
     emu = emulator_factory(*NO_RANDOM_TOOLS).wait_ready()
-    rows = [weather_conversation("same", asked_city="Paris"),
-            weather_conversation("other", asked_city="Rome")]  # fmt: skip
+    rows = [
+        weather_conversation("same", asked_city="Paris"),
+        weather_conversation("other", asked_city="Rome"),
+    ]
     out = await run_batches(_config(tmp_path, rows, regenerate="all_turns"), emu.url)
 
     records = {r["id"]: r for r in _rows(out.shard_paths())}
@@ -194,16 +215,19 @@ async def test_n_samples_give_n_records_per_prompt_with_their_sampling(
     tmp_path: Path, emulator_factory: Any
 ) -> None:
     emu = emulator_factory().wait_ready()
-    rows = [{"id": f"q{i}", "messages": [{"role": "user", "content": f"Question {i}?"}]}
-            for i in range(3)]  # fmt: skip
+    rows = [
+        {"id": f"q{i}", "messages": [{"role": "user", "content": f"Question {i}?"}]}
+        for i in range(3)
+    ]
     config = _config(tmp_path, rows, samples=4, temperatures=[0.0, 0.6, 1.0])
     out = await run_batches(config, emu.url)
 
     records = _rows(out.shard_paths())
     assert sorted(r["id"] for r in records) == [f"q{i}#s{n}" for i in range(3) for n in range(4)]
     for i in range(3):
-        mine = sorted((r for r in records if r["conversation_id"] == f"q{i}"),
-                      key=lambda r: r["sample"])  # fmt: skip
+        mine = sorted(
+            (r for r in records if r["conversation_id"] == f"q{i}"), key=lambda r: r["sample"]
+        )
         assert [r["sample"] for r in mine] == [0, 1, 2, 3]
         assert [r["sampling"]["temperature"] for r in mine] == [0.0, 0.6, 1.0, 0.0]
         assert len({r["sampling"]["sampling_seed"] for r in mine}) == 4
@@ -231,12 +255,22 @@ async def test_samples_of_all_turns_and_the_offline_checks(
     assert marker.records_by_turn == {"0": 2, "1": 2, "2": 2}
 
 
-TIME_TOOL = {"type": "function", "function": {
-    "name": "get_time", "description": "Local time of a time zone.",
-    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}}  # fmt: skip
-SEARCH_TOOL = {"type": "function", "function": {
-    "name": "web-search", "description": "Search the web.",
-    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}}  # fmt: skip
+TIME_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Local time of a time zone.",
+        "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}},
+    },
+}
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "web-search",
+        "description": "Search the web.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+    },
+}
 
 
 def agent_conversation(cid: str) -> dict[str, Any]:
@@ -244,24 +278,32 @@ def agent_conversation(cid: str) -> dict[str, Any]:
     calls, in the shapes SGLang's kimi_k2 parsers accept: an ordinary call; a section that ends
     the reasoning without ``</think>``; a bare counter (``7``) for a dashed name."""
     w, t, q = '{"city": "Paris"}', '{"zone": "CET"}', '{"query": "museums"}'
-    call = lambda i, name, args: {"id": i, "type": "function",  # noqa: E731
-                                  "function": {"name": name, "arguments": args}}  # fmt: skip
+
+    def call(i: str, name: str, args: Any) -> dict[str, Any]:
+        return {"id": i, "type": "function", "function": {"name": name, "arguments": args}}
+
     return {
         "id": cid,
         "tools": [WEATHER_TOOL, TIME_TOOL, SEARCH_TOOL],
         "messages": [
             {"role": "user", "content": f"Plan my afternoon in Paris. [[call get_weather {w}]]"},
             {"role": "assistant", "content": "", "tool_calls": [call("w1", "get_weather", w)]},
-            {"role": "tool", "tool_call_id": "w1",
-             "content": f"18 C [[no-think-end]][[call get_time {t}]]"},
-            {"role": "assistant", "content": "",
-             "tool_calls": [call("t1", "get_time", {"zone": "CET"})]},
+            {
+                "role": "tool",
+                "tool_call_id": "w1",
+                "content": f"18 C [[no-think-end]][[call get_time {t}]]",
+            },
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [call("t1", "get_time", {"zone": "CET"})],
+            },
             {"role": "tool", "tool_call_id": "t1", "content": f"14:05 [[call 7 {q}]]"},
             {"role": "assistant", "content": "", "tool_calls": [call("s1", "web-search", q)]},
             {"role": "tool", "tool_call_id": "s1", "content": "Louvre, Orsay"},
             {"role": "assistant", "content": "Go to the Orsay."},
         ],
-    }  # fmt: skip
+    }
 
 
 _SECTION = "<|tool_calls_section_begin|>"
@@ -286,13 +328,22 @@ def served_from_output(
         head = head.strip()
         if head.isdigit():
             keys = set(json.loads(args))
-            [name] = [t["function"]["name"] for t in tools
-                      if keys <= set(t["function"]["parameters"]["properties"])]  # fmt: skip
+            [name] = [
+                t["function"]["name"]
+                for t in tools
+                if keys <= set(t["function"]["parameters"]["properties"])
+            ]
         else:
             name = head.removeprefix("functions.").rsplit(":", 1)[0]
         served_id = f"functions.{name}:{earlier_calls + len(calls)}"
-        calls.append({"id": served_id, "index": len(calls), "type": "function",
-                      "function": {"name": name, "arguments": args.strip()}})  # fmt: skip
+        calls.append(
+            {
+                "id": served_id,
+                "index": len(calls),
+                "type": "function",
+                "function": {"name": name, "arguments": args.strip()},
+            }
+        )
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning:
         message["reasoning_content"] = reasoning
@@ -332,9 +383,11 @@ async def test_all_turns_continue_through_three_tool_call_turns_in_sglangs_shape
         names.append((served_call["function"]["name"], served_call["id"]))
         result = {**data[2 * k + 2], "tool_call_id": served_call["id"]}
         history = [*history, served, result]
-    assert names == [("get_weather", "functions.get_weather:0"),
-                     ("get_time", "functions.get_time:1"),
-                     ("web-search", "functions.web-search:2")]  # fmt: skip
+    assert names == [
+        ("get_weather", "functions.get_weather:0"),
+        ("get_time", "functions.get_time:1"),
+        ("web-search", "functions.web-search:2"),
+    ]
 
 
 def _sent_since(ledger: Path, base: int, n: int) -> bool:
@@ -346,12 +399,21 @@ def test_a_kill_in_the_middle_of_a_multi_turn_partition_resumes_exactly(
     tmp_path: Path, emulator_factory: Any
 ) -> None:
     ledger = tmp_path / "ledger.jsonl"
-    slow = ["--emu-running-slots", "4", "--emu-decode-ms-per-token", "2",
-            "--emu-mean-output-tokens", "60", *NO_RANDOM_TOOLS]  # fmt: skip
+    slow = [
+        "--emu-running-slots",
+        "4",
+        "--emu-decode-ms-per-token",
+        "2",
+        "--emu-mean-output-tokens",
+        "60",
+        *NO_RANDOM_TOOLS,
+    ]
     emu = emulator_factory(*slow, ledger=ledger).wait_ready()
     prompts = tmp_path / "prompts.jsonl"
-    rows = [weather_conversation(f"c{i:02d}", asked_city="Rome" if i % 5 == 0 else "Paris")
-            for i in range(24)]  # fmt: skip
+    rows = [
+        weather_conversation(f"c{i:02d}", asked_city="Rome" if i % 5 == 0 else "Paris")
+        for i in range(24)
+    ]
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     def config_file(out: Path) -> Path:
@@ -391,13 +453,16 @@ def test_a_kill_in_the_middle_of_a_multi_turn_partition_resumes_exactly(
     assert manifest["chaos"]["conversations_stopped"] == 10
     assert manifest["chaos"]["stops_by_reason"] == {"tool_call_diverged": 10}
     picture = picture_markdown(partition_picture(tmp_path / "killed", "chaos"))
-    assert "**48** conversations, **10** stopped before their last turn (tool_call_diverged 10)"\
-        in picture  # fmt: skip
+    assert (
+        "**48** conversations, **10** stopped before their last turn (tool_call_diverged 10)"
+        in picture
+    )
     assert "records by turn: turn 0: 48, turn 1: 38, turn 2: 38" in picture
 
     # Export: one training row per generated turn, loss on exactly that turn's output.
-    exported = export_dataset(tmp_path / "killed", "speculators", tmp_path / "spec.jsonl",
-                              tokenizer=str(TOKENIZER_DIR))  # fmt: skip
+    exported = export_dataset(
+        tmp_path / "killed", "speculators", tmp_path / "spec.jsonl", tokenizer=str(TOKENIZER_DIR)
+    )
     assert exported.total == len(reference)
     rows = [json.loads(line) for line in (tmp_path / "spec.jsonl").read_text().splitlines()]
     row = next(r for r in rows if r["id"] == "chaos/c01#s1#t2")
@@ -408,6 +473,9 @@ def test_a_kill_in_the_middle_of_a_multi_turn_partition_resumes_exactly(
     assert (row["metadata"]["turn"], row["metadata"]["sample"]) == (2, 1)
     assert row["metadata"]["sampling_params"]["sampling_seed"] == rec["sampling"]["sampling_seed"]
     # Only what was in flight at each kill was sent twice (4 at most per kill).
-    sent = [e["rid"].split(":")[2] for e in read_ledger(ledger)[base:]
-            if not e["rid"].startswith("preflight")]  # fmt: skip
+    sent = [
+        e["rid"].split(":")[2]
+        for e in read_ledger(ledger)[base:]
+        if not e["rid"].startswith("preflight")
+    ]
     assert len(sent) - len(set(sent)) <= 2 * 4, len(sent) - len(set(sent))

@@ -65,8 +65,12 @@ def test_demo_output_loads_exports_and_validates(
 
     loaded: dict[str, dict[str, Any]] = {}
     for part in config.partitions:
-        ds = datasets.load_dataset("parquet", split="train", cache_dir=str(tmp_path / "hf"),
-                                   data_files=str(root / part.name / "part-*.parquet"))  # fmt: skip
+        ds = datasets.load_dataset(
+            "parquet",
+            split="train",
+            cache_dir=str(tmp_path / "hf"),
+            data_files=str(root / part.name / "part-*.parquet"),
+        )
         for column in ("prompt_ids", "output_ids"):
             arrow_type = ds.data.schema.field(column).type
             assert pa.types.is_list(arrow_type) and arrow_type.value_type == pa.int32()

@@ -36,8 +36,13 @@ def _config(tmp_path: Path, url: str, **server: Any) -> tuple[dict[str, Any], Pa
     """Two partitions of 1200 lines each (batches of 8) attached to ``url``."""
     data = base_config(tmp_path, write_prompts(tmp_path / "a.jsonl", 1200, words=20))
     write_prompts(tmp_path / "b.jsonl", 1200, words=20, first=5000)
-    data["server"] = {"mode": "attach", "url": url, "recovery_check_s": HEALTH_DEADLINE_S,
-                      "request_timeout_s": 30, **server}  # fmt: skip
+    data["server"] = {
+        "mode": "attach",
+        "url": url,
+        "recovery_check_s": HEALTH_DEADLINE_S,
+        "request_timeout_s": 30,
+        **server,
+    }
     data["tiers"][0]["concurrency"] = 8
     data["partitions"] = [
         {"name": "a", "input": str(tmp_path / "a.jsonl"), "tier": "SHORT"},

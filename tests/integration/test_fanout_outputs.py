@@ -76,8 +76,10 @@ def test_writers_stay_disjoint_and_the_settled_manifest_is_complete(tmp_path: Pa
     for name in NAMES:
         writers[name] = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(root), name, str(tmp_path / "spec.json")],
-            cwd=REPO, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            cwd=REPO,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     for name, proc in writers.items():
         _, err = proc.communicate(timeout=240)
         assert proc.returncode == (1 if name == LOST else 0), err

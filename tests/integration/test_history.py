@@ -33,10 +33,13 @@ async def night(config: PipelineConfig, url: str, batches: int, name: str, day: 
     meter = RunMeter()
     async with SGLangClient(url) as client:
         runner = PartitionRunner(
-            config=config, partition="p", tokenizer=tok,
-            ids=TokenIds.resolve(tok, config.special_tokens), client=client,
+            config=config,
+            partition="p",
+            tokenizer=tok,
+            ids=TokenIds.resolve(tok, config.special_tokens),
+            client=client,
             output=PartitionOutput(config.output_dir, "p"),
-        )  # fmt: skip
+        )
         meter.track("p", runner.progress)
         specs = list(plan_batches("p", config.partition("p").input, config.batch_size))
         for spec in specs[:batches]:
@@ -44,8 +47,15 @@ async def night(config: PipelineConfig, url: str, batches: int, name: str, day: 
         meter.finish("p")
     started = datetime(2026, 11, day, 1, tzinfo=UTC)
     ended = started + timedelta(minutes=3)
-    entry = history_entry(config.output_dir, meter, {"p": "completed"}, run_id=f"id-{day}",
-                          run_name=name, started=started, ended=ended)  # fmt: skip
+    entry = history_entry(
+        config.output_dir,
+        meter,
+        {"p": "completed"},
+        run_id=f"id-{day}",
+        run_name=name,
+        started=started,
+        ended=ended,
+    )
     append_history(config.output_dir, entry)
 
 
@@ -62,12 +72,15 @@ async def test_each_night_counts_only_its_own_batches(
 ) -> None:
     emu = emulator_factory("--emu-mean-output-tokens", "40").wait_ready()
     prompts = write_prompts(tmp_path / "in.jsonl", 40, words=8)
-    config = PipelineConfig.model_validate({
-        "model": {"path": str(TOKENIZER_DIR)},
-        "tiers": [{"name": "T", "concurrency": 8, "max_tokens": 256}],
-        "partitions": [{"name": "p", "input": str(prompts), "tier": "T"}],
-        "output_dir": str(tmp_path / "out"), "batch_size": 10,
-    })  # fmt: skip
+    config = PipelineConfig.model_validate(
+        {
+            "model": {"path": str(TOKENIZER_DIR)},
+            "tiers": [{"name": "T", "concurrency": 8, "max_tokens": 256}],
+            "partitions": [{"name": "p", "input": str(prompts), "tier": "T"}],
+            "output_dir": str(tmp_path / "out"),
+            "batch_size": 10,
+        }
+    )
     await night(config, emu.url, 2, "nightly-29", 29)  # stopped after 2 of 4 batches
     await night(config, emu.url, 4, "nightly-30", 30)  # resumes: batches 2 and 3 only
 
@@ -86,8 +99,22 @@ async def test_each_night_counts_only_its_own_batches(
     rows = history_rows(read_history(config.output_dir))
     assert [r["run"] for r in rows] == ["nightly-29", "nightly-30"]
     text = history_text(rows).splitlines()
-    assert text[0].split() == ["started", "(UTC)", "run", "partition", "status", "records",
-                               "accept", "reject", "trunc", "tok/s", "out", "p50", "out", "p90",
-                               "wall"]  # fmt: skip
+    assert text[0].split() == [
+        "started",
+        "(UTC)",
+        "run",
+        "partition",
+        "status",
+        "records",
+        "accept",
+        "reject",
+        "trunc",
+        "tok/s",
+        "out",
+        "p50",
+        "out",
+        "p90",
+        "wall",
+    ]
     assert text[2].startswith("2026-11-30 01:00  nightly-30  p")
     assert history_rows(read_history(config.output_dir), ["other"]) == []

@@ -101,11 +101,19 @@ async def test_image_lines_become_records_with_the_ids_the_model_saw(
     uri = "data:image/webp;base64," + base64.b64encode(c).decode()
     rows = [
         {"id": "one", "messages": [_user(_text("What is this?"), _img("img/a.png"))]},
-        {"id": "three", "messages": [_user(
-            _img((tmp_path / "img" / "b b.jpg").as_uri()), _text("and"), _img(uri),
-            _img("img/a.png"))]},
+        {
+            "id": "three",
+            "messages": [
+                _user(
+                    _img((tmp_path / "img" / "b b.jpg").as_uri()),
+                    _text("and"),
+                    _img(uri),
+                    _img("img/a.png"),
+                )
+            ],
+        },
         {"id": "text", "messages": [{"role": "user", "content": "No image here."}]},
-    ]  # fmt: skip
+    ]
     prompts = tmp_path / "in.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     ledger = tmp_path / "ledger.jsonl"
@@ -129,14 +137,26 @@ async def test_image_lines_become_records_with_the_ids_the_model_saw(
         assert rec["prompt_tokens"] == len(rec["model_prompt_ids"])
         assert served[rec["rid"]]["prompt_tokens"] == rec["prompt_tokens"]  # the server's count
         assert served[rec["rid"]]["output_ids"] == rec["output_ids"]  # untouched
-    assert [(i["ref"], i["width"], i["height"], i["format"], i["tokens"], i["sha256"])
-            for i in three["images"]] == [
-        ((tmp_path / "img" / "b b.jpg").as_uri(), *SIZES[1], "JPEG", counts_three[0],
-         hashlib.sha256(b).hexdigest()),
-        ("data:image/webp;base64", *SIZES[2], "WEBP", counts_three[1],
-         hashlib.sha256(c).hexdigest()),
+    assert [
+        (i["ref"], i["width"], i["height"], i["format"], i["tokens"], i["sha256"])
+        for i in three["images"]
+    ] == [
+        (
+            (tmp_path / "img" / "b b.jpg").as_uri(),
+            *SIZES[1],
+            "JPEG",
+            counts_three[0],
+            hashlib.sha256(b).hexdigest(),
+        ),
+        (
+            "data:image/webp;base64",
+            *SIZES[2],
+            "WEBP",
+            counts_three[1],
+            hashlib.sha256(c).hexdigest(),
+        ),
         ("img/a.png", *SIZES[0], "PNG", counts_three[2], hashlib.sha256(a).hexdigest()),
-    ]  # fmt: skip
+    ]
     assert text["images"] is None and text["model_prompt_ids"] is None
     assert text["prompt_tokens"] == len(text["prompt_ids"])
     assert table.schema.field("images").type.value_type.field("tokens").type == pa.int32()
@@ -147,7 +167,9 @@ async def test_image_lines_become_records_with_the_ids_the_model_saw(
         assert check_record(rec, "p", ids, config.validation).accepted, rec["id"]
     short = {**three, "model_prompt_ids": three["model_prompt_ids"][1:]}
     assert {c for c, _ in check_record(short, "p", ids, config.validation).reasons} == {
-        "image_tokens", "prompt_token_mismatch"}  # fmt: skip
+        "image_tokens",
+        "prompt_token_mismatch",
+    }
 
     # The same records as a finished dataset: exports leave the image records out and say so;
     # the data picture and the card count them.
@@ -197,9 +219,14 @@ async def test_bad_images_are_rejected_per_line_before_the_server(
     by_line = {r["source_line"]: r for r in rejects}
     assert sorted(by_line) == list(range(2, 2 + len(bad) + 1))
     reasons = [by_line[line]["reason"] for line in sorted(by_line)]
-    expected = ["image not found", "unreadable image", "unsupported image format BMP",
-                "not valid base64", "remote image URLs are not fetched",
-                "image part without a URL"]  # fmt: skip
+    expected = [
+        "image not found",
+        "unreadable image",
+        "unsupported image format BMP",
+        "not valid base64",
+        "remote image URLs are not fetched",
+        "image part without a URL",
+    ]
     for line, (reason, want) in enumerate(zip(reasons, expected, strict=True), start=2):
         assert reason.startswith(f"{prompts}:{line}: messages[0].content["), reason
         assert want in reason
@@ -214,12 +241,19 @@ def test_emulator_refuses_placeholders_and_images_that_do_not_pair(emulator_fact
     Image.new("RGB", SIZES[0]).save(png, format="PNG")
     uri = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
     pad = _pad_id()
-    body = {"input_ids": [5, pad, 6, pad], "image_data": [uri],
-            "sampling_params": {"max_new_tokens": 4}}  # fmt: skip
+    body = {
+        "input_ids": [5, pad, 6, pad],
+        "image_data": [uri],
+        "sampling_params": {"max_new_tokens": 4},
+    }
     r = httpx.post(f"{emu.url}/generate", json=body, timeout=10)
     assert r.status_code == 400
-    assert r.json() == {"error": {"message": "Kimi image placeholders must map one-to-one to "
-                                  "image data: expected 1, found 2 token(s)"}}  # fmt: skip
+    assert r.json() == {
+        "error": {
+            "message": "Kimi image placeholders must map one-to-one to "
+            "image data: expected 1, found 2 token(s)"
+        }
+    }
     ok = emu.generate({**body, "input_ids": [5, pad, 6]})
     assert ok["meta_info"]["prompt_tokens"] == 2 + SGLANG_COUNTS[SIZES[0]]
 
@@ -230,12 +264,15 @@ async def test_all_turns_and_samples_on_an_image_conversation(
 ) -> None:
     _image(tmp_path / "cat.png", SIZES[0])
     # Content as lists of parts throughout, so that a Parquet column holds it (one type).
-    row = {"id": "conv", "messages": [
-        _user(_text("Describe"), _img("cat.png")),
-        {"role": "assistant", "content": [_text("A square.")]},
-        _user(_text("What colour?")),
-        {"role": "assistant", "content": [_text("Blue.")]},
-    ]}  # fmt: skip
+    row = {
+        "id": "conv",
+        "messages": [
+            _user(_text("Describe"), _img("cat.png")),
+            {"role": "assistant", "content": [_text("A square.")]},
+            _user(_text("What colour?")),
+            {"role": "assistant", "content": [_text("Blue.")]},
+        ],
+    }
     prompts = tmp_path / f"in.{fmt}"
     if fmt == "jsonl":
         prompts.write_text(json.dumps(row) + "\n")

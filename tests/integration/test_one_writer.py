@@ -66,9 +66,16 @@ def test_second_run_refuses_then_history_and_conflicts(
 
     # A setting the config alone decides: refused before the server (the URL has nothing).
     changed = PipelineConfig.model_validate(
-        {**data, "sampling": {"temperature": 0.25},
-         "server": {**data["server"], "mode": "attach", "url": f"http://127.0.0.1:{free_port()}"}}
-    )  # fmt: skip
+        {
+            **data,
+            "sampling": {"temperature": 0.25},
+            "server": {
+                **data["server"],
+                "mode": "attach",
+                "url": f"http://127.0.0.1:{free_port()}",
+            },
+        }
+    )
     ok, reason = run_pipeline(changed)
     assert not ok
     assert "changed: sampling.temperature: 1.0 -> 0.25" in str(reason), reason

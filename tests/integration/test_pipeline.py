@@ -96,10 +96,12 @@ def test_demo_dataset_holds_exact_tokens(tmp_path: Path, chat_tokenizer: ChatTok
     images_file = config.partition("demo_images").input
     reasons = {r["source_line"]: r["reason"] for r in image_rejects}
     missing = Path(images_file).parent / "images" / "missing.png"
-    assert reasons[7] == (f"{images_file}:7: messages[0].content[1]: bad image: image not "
-                          f"found: {missing}")  # fmt: skip
-    assert reasons[8].startswith(f"{images_file}:8: messages[0].content[1]: bad image: "
-                                 "unreadable image")  # fmt: skip
+    assert reasons[7] == (
+        f"{images_file}:7: messages[0].content[1]: bad image: image not found: {missing}"
+    )
+    assert reasons[8].startswith(
+        f"{images_file}:8: messages[0].content[1]: bad image: unreadable image"
+    )
     assert {r["source_line"] for r in image_rejects} == {7, 8}
     assert manifest["partitions"]["demo_images"]["rejected"] == 2
 

@@ -23,11 +23,28 @@ def test_chaos_server_faults_and_a_crash_still_give_every_id_once(tmp_path: Path
     prompts = tmp_path / "prompts.jsonl"
     ids = prompt_ids(240)
     write_prompts(prompts, 240)
-    faults = ["--emu-fault-seed", "7", "--emu-fault-503-rate", "0.05", "--emu-fault-reset-rate",
-              "0.02", "--emu-fault-hang-rate", "0.01", "--emu-hang-s", "600",
-              "--emu-crash-after", "150"]  # fmt: skip
-    data = base_config(tmp_path, prompts, extra_args=faults, max_relaunches=4,
-                       request_timeout_s=3, recovery_check_s=5)  # fmt: skip
+    faults = [
+        "--emu-fault-seed",
+        "7",
+        "--emu-fault-503-rate",
+        "0.05",
+        "--emu-fault-reset-rate",
+        "0.02",
+        "--emu-fault-hang-rate",
+        "0.01",
+        "--emu-hang-s",
+        "600",
+        "--emu-crash-after",
+        "150",
+    ]
+    data = base_config(
+        tmp_path,
+        prompts,
+        extra_args=faults,
+        max_relaunches=4,
+        request_timeout_s=3,
+        recovery_check_s=5,
+    )
     config = PipelineConfig.model_validate(data)
     ok, result = run_pipeline(config)
     assert ok, result
@@ -70,8 +87,14 @@ def test_sigkill_at_five_points_resumes_to_the_uninterrupted_dataset(
     write_prompts(prompts, 240)
     concurrency = 12
     ledger = tmp_path / "ledger.jsonl"
-    slow = ["--emu-running-slots", str(concurrency), "--emu-decode-ms-per-token", "2",
-            "--emu-mean-output-tokens", "120"]  # fmt: skip
+    slow = [
+        "--emu-running-slots",
+        str(concurrency),
+        "--emu-decode-ms-per-token",
+        "2",
+        "--emu-mean-output-tokens",
+        "120",
+    ]
     emu = emulator_factory(*slow, ledger=ledger).wait_ready()
 
     def config_file(out: Path) -> Path:

@@ -25,8 +25,9 @@ def _config(tmp_path: Path, seed: int | None) -> PipelineConfig:
     tmp_path.mkdir(parents=True, exist_ok=True)
     prompts = tmp_path / "in.jsonl"
     same = [{"role": "user", "content": "Explain the rule of three, briefly."}]
-    prompts.write_text("".join(json.dumps({"id": f"twin-{i}", "messages": same}) + "\n"
-                               for i in range(4)))  # fmt: skip
+    prompts.write_text(
+        "".join(json.dumps({"id": f"twin-{i}", "messages": same}) + "\n" for i in range(4))
+    )
     return PipelineConfig.model_validate(
         {
             "model": {"path": str(TOKENIZER_DIR)},

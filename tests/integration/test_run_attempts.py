@@ -54,8 +54,9 @@ async def test_a_retried_run_reads_as_its_final_attempt(tmp_path: Path) -> None:
     port = free_port()
     broken = EmulatorProcess("--emu-fault-500-rate", "1.0", port=port, log_dir=tmp_path)
     config = demo_config(tmp_path / "out").model_dump(mode="json")
-    config["retries"].update(max_attempts=2, backoff_initial_s=0.1, batch_retries=1,
-                             batch_retry_delay_s=[0.2])  # fmt: skip
+    config["retries"].update(
+        max_attempts=2, backoff_initial_s=0.1, batch_retries=1, batch_retry_delay_s=[0.2]
+    )
     params = {"config": config, "server_url": f"http://127.0.0.1:{port}"}
     async with get_client() as client:
         created = await client.create_flow_run(datagen, name=TYPED, parameters=params)

@@ -23,8 +23,12 @@ from tests.support.pipeline import run_batches
 def make(tmp_path: Path, texts: list[str], concurrency: int = 4) -> PipelineConfig:
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "in.jsonl"
-    path.write_text("".join(json.dumps({"id": f"r{i}", "messages": [
-        {"role": "user", "content": t}]}) + "\n" for i, t in enumerate(texts)))  # fmt: skip
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"r{i}", "messages": [{"role": "user", "content": t}]}) + "\n"
+            for i, t in enumerate(texts)
+        )
+    )
     return PipelineConfig.model_validate(
         {
             "model": {"path": str(TOKENIZER_DIR)},
@@ -92,9 +96,14 @@ async def test_a_batch_sends_its_longest_prompts_first(
     tok = ChatTokenizer(str(TOKENIZER_DIR), render=config.model.render)
     out = PartitionOutput(config.output_dir, "p")
     async with _SendOrder(emu.url) as client:
-        runner = PartitionRunner(config=config, partition="p", tokenizer=tok,
-                                 ids=TokenIds.resolve(tok, config.special_tokens),
-                                 client=client, output=out)  # fmt: skip
+        runner = PartitionRunner(
+            config=config,
+            partition="p",
+            tokenizer=tok,
+            ids=TokenIds.resolve(tok, config.special_tokens),
+            client=client,
+            output=out,
+        )
         for spec in plan_batches("p", config.partition("p").input, config.batch_size):
             await runner.run_batch(spec)
     lengths = {r["id"]: r["prompt_tokens"] for r in pq.read_table(out.shard_paths()).to_pylist()}

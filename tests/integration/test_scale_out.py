@@ -23,8 +23,14 @@ def test_two_servers_share_load_and_one_dying_loses_nothing(
     prompts = tmp_path / "prompts.jsonl"
     ids = prompt_ids(200)
     write_prompts(prompts, 200)
-    slow = ["--emu-running-slots", "8", "--emu-decode-ms-per-token", "2",
-            "--emu-mean-output-tokens", "100"]  # fmt: skip
+    slow = [
+        "--emu-running-slots",
+        "8",
+        "--emu-decode-ms-per-token",
+        "2",
+        "--emu-mean-output-tokens",
+        "100",
+    ]
     ledger_a, ledger_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a = emulator_factory(*slow, ledger=ledger_a).wait_ready()
     b = emulator_factory(*slow, ledger=ledger_b).wait_ready()

@@ -47,9 +47,15 @@ def test_sigkilled_run_leaves_no_server_after_the_next_run(tmp_path: Path) -> No
     data = base_config(
         tmp_path,
         prompts,
-        extra_args=["--emu-running-slots", "4", "--emu-decode-ms-per-token", "5",
-                    "--emu-ledger", str(ledger)],
-    )  # fmt: skip
+        extra_args=[
+            "--emu-running-slots",
+            "4",
+            "--emu-decode-ms-per-token",
+            "5",
+            "--emu-ledger",
+            str(ledger),
+        ],
+    )
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(data))
     out = Path(data["output_dir"])
@@ -86,10 +92,11 @@ async def _prefect_text_of_run(output_dir: Path) -> tuple[str, int]:
     async with get_client() as client:
         recent = await client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=200)
         (parent,) = [  # the subflows get the same config; the parent has no parent task
-            r for r in recent
+            r
+            for r in recent
             if (r.parameters.get("config") or {}).get("output_dir") == str(output_dir)
             and r.parent_task_run_id is None
-        ]  # fmt: skip
+        ]
         children = await client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
                 parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent.id])

@@ -36,8 +36,12 @@ def test_an_attached_server_killed_mid_run_fails_it_within_the_health_deadline(
         "--emu-running-slots", "8", "--emu-decode-ms-per-token", "1", ledger=ledger
     ).wait_ready()
     data = base_config(tmp_path, prompts)
-    data["server"] = {"mode": "attach", "url": emu.url, "recovery_check_s": HEALTH_DEADLINE_S,
-                      "request_timeout_s": 30}  # fmt: skip
+    data["server"] = {
+        "mode": "attach",
+        "url": emu.url,
+        "recovery_check_s": HEALTH_DEADLINE_S,
+        "request_timeout_s": 30,
+    }
     data["tiers"][0]["concurrency"] = 8
     data["batch_size"] = 8  # 150 batches
     cfg = tmp_path / "run.yaml"

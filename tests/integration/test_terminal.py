@@ -69,10 +69,12 @@ def test_failed_batches_read_as_one_line_each(tmp_path: Path) -> None:
     broken = EmulatorProcess("--emu-fault-500-rate", "1.0", log_dir=tmp_path).wait_ready()
     try:
         config = demo_config(tmp_path / "out").model_dump(mode="json")
-        config["retries"].update(max_attempts=2, backoff_initial_s=0.1, batch_retries=1,
-                                 batch_retry_delay_s=[0.2])  # fmt: skip
-        status, lines = _run(tmp_path, config, "--server-url", broken.url,
-                             "--partition", "demo_short")  # fmt: skip
+        config["retries"].update(
+            max_attempts=2, backoff_initial_s=0.1, batch_retries=1, batch_retry_delay_s=[0.2]
+        )
+        status, lines = _run(
+            tmp_path, config, "--server-url", broken.url, "--partition", "demo_short"
+        )
     finally:
         broken.stop()
     assert status == 1, lines[-20:]
@@ -94,7 +96,9 @@ def test_failed_batches_read_as_one_line_each(tmp_path: Path) -> None:
 
     out = subprocess.run(
         [sys.executable, "-m", "eagle3_datagen_flows.cli", "failures", _log_id(lines[-1])],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
         env={**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())},
-    ).stdout  # fmt: skip
+    ).stdout
     assert "4 failed batches:" in out, out

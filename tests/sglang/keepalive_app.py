@@ -25,9 +25,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         rid = json.loads(body).get("rid", "")
         answer: dict[str, Any] = {
             "output_ids": [7],
-            "meta_info": {"id": f"{rid}@{port}", "prompt_tokens": 1, "completion_tokens": 1,
-                          "finish_reason": {"type": "stop", "matched": 7}},
-        }  # fmt: skip
+            "meta_info": {
+                "id": f"{rid}@{port}",
+                "prompt_tokens": 1,
+                "completion_tokens": 1,
+                "finish_reason": {"type": "stop", "matched": 7},
+            },
+        }
     else:
         answer = {"status": "ok", "port": port}
     data = json.dumps(answer).encode()

@@ -83,8 +83,9 @@ async def test_run_attached_to_a_dead_port_fails_in_seconds(tmp_path: Path) -> N
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("{}\n")
     url = f"http://127.0.0.1:{free_port()}"
-    cfg = parse_config(base_config(tmp_path, prompts, mode="attach", url=url,
-                                   startup_timeout_s=3600))  # fmt: skip
+    cfg = parse_config(
+        base_config(tmp_path, prompts, mode="attach", url=url, startup_timeout_s=3600)
+    )
     started = time.monotonic()
     with pytest.raises(ServerStartupError, match=f"nothing listens at {url}"):
         async with open_server(cfg, run_key="r", logger=logging.getLogger("t")):

@@ -54,20 +54,34 @@ def test_a_full_pool_with_nothing_waiting_still_grows_until_a_request_is_at_hand
 async def _drive(url: str, budget: ServerBudget, n: int, share: str = "p") -> None:
     policy = RetryPolicy(max_attempts=2, backoff_initial_s=0.1, backoff_max_s=0.2)
     async with SGLangClient(url, max_connections=600) as client:
-        await asyncio.gather(*(
-            generate_with_retries(client, [5, 6, 7] * 100, {"max_new_tokens": 300},
-                                  rid=f"{share}-{i}", policy=policy, budget=budget, share=share)
-            for i in range(n)
-        ))  # fmt: skip
+        await asyncio.gather(
+            *(
+                generate_with_retries(
+                    client,
+                    [5, 6, 7] * 100,
+                    {"max_new_tokens": 300},
+                    rid=f"{share}-{i}",
+                    policy=policy,
+                    budget=budget,
+                    share=share,
+                )
+                for i in range(n)
+            )
+        )
 
 
 def test_controller_reads_a_real_server_and_grows_to_its_load(
     emulator_factory: Callable[..., EmulatorProcess],
 ) -> None:
     emu = emulator_factory(
-        "--emu-physics", "seed-node", "--emu-time-scale", "0.01", "--enable-metrics",
-        "--emu-mean-output-tokens", "300",
-    ).wait_ready()  # fmt: skip
+        "--emu-physics",
+        "seed-node",
+        "--emu-time-scale",
+        "0.01",
+        "--enable-metrics",
+        "--emu-mean-output-tokens",
+        "300",
+    ).wait_ready()
 
     async def go() -> ConcurrencyController:
         budget = ServerBudget()
@@ -121,19 +135,36 @@ def test_without_metrics_retractions_in_responses_make_it_back_off(
 ) -> None:
     """A server without /metrics: meta_info.num_retractions of finished requests is the signal."""
     emu = emulator_factory(
-        "--emu-physics", "kv-poor", "--emu-time-scale", "0.001", "--emu-max-total-tokens",
-        "20000", "--emu-mean-output-tokens", "3000", "--emu-output-sigma", "0.2",
-    ).wait_ready()  # fmt: skip
+        "--emu-physics",
+        "kv-poor",
+        "--emu-time-scale",
+        "0.001",
+        "--emu-max-total-tokens",
+        "20000",
+        "--emu-mean-output-tokens",
+        "3000",
+        "--emu-output-sigma",
+        "0.2",
+    ).wait_ready()
     budget = ServerBudget()
     policy = RetryPolicy(max_attempts=2, backoff_initial_s=0.1, backoff_max_s=0.2)
 
     async def go() -> list[int]:
         async with SGLangClient(emu.url) as client:
-            results = await asyncio.gather(*(
-                generate_with_retries(client, [5, 6, 7] * 70, {"max_new_tokens": 4000},
-                                      rid=f"r-{i}", policy=policy, budget=budget, share="p")
-                for i in range(20)
-            ))  # fmt: skip
+            results = await asyncio.gather(
+                *(
+                    generate_with_retries(
+                        client,
+                        [5, 6, 7] * 70,
+                        {"max_new_tokens": 4000},
+                        rid=f"r-{i}",
+                        policy=policy,
+                        budget=budget,
+                        share="p",
+                    )
+                    for i in range(20)
+                )
+            )
         return [r.num_retractions for r in results]
 
     retractions = asyncio.run(go())
@@ -178,10 +209,17 @@ def test_a_routers_metrics_are_detected_and_the_responses_steer(
     """Behind a front whose /metrics is a router's and whose /v1/loads is 404, the controller
     says so once at the start and steers on the responses: it still grows (no freeze)."""
     emus = [
-        emulator_factory("--emu-physics", "seed-node", "--emu-time-scale", "0.01",
-                         "--enable-metrics", "--emu-mean-output-tokens", "300")
+        emulator_factory(
+            "--emu-physics",
+            "seed-node",
+            "--emu-time-scale",
+            "0.01",
+            "--enable-metrics",
+            "--emu-mean-output-tokens",
+            "300",
+        )
         for _ in range(2)
-    ]  # fmt: skip
+    ]
     for emu in emus:
         emu.wait_ready()
     warned: list[str] = []
@@ -196,8 +234,18 @@ def test_a_routers_metrics_are_detected_and_the_responses_steer(
     assert {d.source for d in c.history} == {RESPONSES}
     assert max(d.limit for d in c.history) >= 16  # slow start from 4, on in-flight alone
     assert rows and rows == c.changes
-    assert set(rows[0]) == {"time", "limit", "previous", "in_flight", "running", "queued",
-                            "token_usage", "retractions", "source", "reason"}  # fmt: skip
+    assert set(rows[0]) == {
+        "time",
+        "limit",
+        "previous",
+        "in_flight",
+        "running",
+        "queued",
+        "token_usage",
+        "retractions",
+        "source",
+        "reason",
+    }
     assert rows[0]["previous"] == 4 and rows[0]["reason"] == "slow start"
 
 
@@ -205,8 +253,9 @@ def test_without_metrics_the_loads_endpoint_is_read(
     emulator_factory: Callable[..., EmulatorProcess],
 ) -> None:
     """A server launched without --enable-metrics: /metrics is 404, /v1/loads is read."""
-    emu = emulator_factory("--emu-physics", "seed-node", "--emu-time-scale", "0.01",
-                           "--emu-mean-output-tokens", "300").wait_ready()  # fmt: skip
+    emu = emulator_factory(
+        "--emu-physics", "seed-node", "--emu-time-scale", "0.01", "--emu-mean-output-tokens", "300"
+    ).wait_ready()
     warned: list[str] = []
     c = _run_auto(emu.url, 200, warn=warned.append)
     assert c.reader.source == {emu.url: LOADS}
@@ -217,9 +266,14 @@ def test_without_metrics_the_loads_endpoint_is_read(
 
 def test_sglang_metrics_need_no_warning(emulator_factory: Callable[..., EmulatorProcess]) -> None:
     emu = emulator_factory(
-        "--emu-physics", "seed-node", "--emu-time-scale", "0.01", "--enable-metrics",
-        "--emu-mean-output-tokens", "300",
-    ).wait_ready()  # fmt: skip
+        "--emu-physics",
+        "seed-node",
+        "--emu-time-scale",
+        "0.01",
+        "--enable-metrics",
+        "--emu-mean-output-tokens",
+        "300",
+    ).wait_ready()
     warned: list[str] = []
     c = _run_auto(emu.url, 100, warn=warned.append)
     assert c.reader.source == {emu.url: METRICS} and not warned

@@ -42,10 +42,17 @@ async def test_a_busy_server_does_not_fail_preflight(emulator_factory: Start) ->
     # One decode slot, no queue: while another request holds the slot, /generate answers
     # 503 "The request queue is full." (another run on the same server).
     emu = emulator_factory(
-        "--emu-running-slots", "1", "--max-queued-requests", "0",
-        "--emu-decode-ms-per-token", "20", "--emu-mean-output-tokens", "100",
-        "--emu-output-sigma", "0",
-    ).wait_ready()  # fmt: skip
+        "--emu-running-slots",
+        "1",
+        "--max-queued-requests",
+        "0",
+        "--emu-decode-ms-per-token",
+        "20",
+        "--emu-mean-output-tokens",
+        "100",
+        "--emu-output-sigma",
+        "0",
+    ).wait_ready()
     async with SGLangClient(emu.url) as client:
         blocker = asyncio.create_task(client.generate([1, 2, 3], {"max_new_tokens": 100}, "other"))
         await asyncio.to_thread(wait_until, lambda: emu.stats()["running"] == 1)

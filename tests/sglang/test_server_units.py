@@ -90,9 +90,19 @@ def test_redacted_forms() -> None:
         "prefix-K4-suffix",
     ]
     assert redacted(cmd, secrets=["K4"]) == [
-        "x", "--api-key", "***", "--admin-api-key=***", "--hf-token", "***",
-        "--max-total-tokens", "5", "--tokenizer-path", "/t", "--foo", "prefix-***-suffix",
-    ]  # fmt: skip
+        "x",
+        "--api-key",
+        "***",
+        "--admin-api-key=***",
+        "--hf-token",
+        "***",
+        "--max-total-tokens",
+        "5",
+        "--tokenizer-path",
+        "/t",
+        "--foo",
+        "prefix-***-suffix",
+    ]
     text = "python -m sglang.launch_server --api-key K1 --max-total-tokens 5 --hf-token=K3"
     assert redact_text(text) == (
         "python -m sglang.launch_server --api-key *** --max-total-tokens 5 --hf-token=***"

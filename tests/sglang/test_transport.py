@@ -34,9 +34,16 @@ from tests.support.emulator import EmulatorProcess
 
 Reply = tuple[bytes, bool] | None  # (bytes to send, close after) or None: close, no answer
 GENERATE_BODY = orjson.dumps(
-    {"output_ids": [5, 6, 7], "meta_info": {"id": "r", "prompt_tokens": 3,
-     "completion_tokens": 3, "finish_reason": {"type": "stop", "matched": 7}}}
-)  # fmt: skip
+    {
+        "output_ids": [5, 6, 7],
+        "meta_info": {
+            "id": "r",
+            "prompt_tokens": 3,
+            "completion_tokens": 3,
+            "finish_reason": {"type": "stop", "matched": 7},
+        },
+    }
+)
 HERE = Path(__file__).resolve().parent
 
 
@@ -90,8 +97,11 @@ async def serve(respond: Callable[[bytes, bytes], Reply]) -> AsyncIterator[Serve
 
 
 def ok(body: bytes = GENERATE_BODY) -> Reply:
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-            % (len(body), body), False)  # fmt: skip
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(body), body),
+        False,
+    )
 
 
 def error(status: int, body: bytes) -> Reply:
@@ -109,28 +119,43 @@ async def test_generate_sends_ids_sampling_rid_and_key_on_one_connection() -> No
     head, body = srv.requests[0]
     assert head.startswith(b"POST /generate HTTP/1.1\r\n")
     assert b"\r\nauthorization: bearer k\r\n" in head.lower()
-    assert orjson.loads(body) == {"input_ids": [1, 2, 3], "sampling_params":
-                                  {"max_new_tokens": 3}, "rid": "rid-1"}  # fmt: skip
+    assert orjson.loads(body) == {
+        "input_ids": [1, 2, 3],
+        "sampling_params": {"max_new_tokens": 3},
+        "rid": "rid-1",
+    }
     assert srv.requests[2][0].startswith(b"GET /server_info HTTP/1.1\r\n")
 
 
 @pytest.mark.parametrize(
     ("status", "body", "expected", "message"),
     [
-        (400, b'{"error": {"message": "top_p must be in (0, 1], got 0.0."}}',
-         RejectedRequestError, "HTTP 400: top_p must be in"),
+        (
+            400,
+            b'{"error": {"message": "top_p must be in (0, 1], got 0.0."}}',
+            RejectedRequestError,
+            "HTTP 400: top_p must be in",
+        ),
         (400, b'{"error": "unknown field `foo`"}', RejectedRequestError, "unknown field"),
         # SGLang still holds that rid (the earlier request is being aborted): retry, never
         # store the prompt as rejected.
-        (400, b'{"error": {"message": "Duplicate request ID detected: p:1:0"}}',
-         RetryableRequestError, "HTTP 400: Duplicate request ID"),
-        (503, b'{"object": "error", "message": "The request queue is full.", "code": 503}',
-         RetryableRequestError, "HTTP 503: The request queue is full."),
+        (
+            400,
+            b'{"error": {"message": "Duplicate request ID detected: p:1:0"}}',
+            RetryableRequestError,
+            "HTTP 400: Duplicate request ID",
+        ),
+        (
+            503,
+            b'{"object": "error", "message": "The request queue is full.", "code": 503}',
+            RetryableRequestError,
+            "HTTP 503: The request queue is full.",
+        ),
         (500, b"Internal Server Error", RetryableRequestError, "HTTP 500"),
         (401, b'{"error": "Unauthorized"}', AuthenticationError, "refused the API key"),
         (403, b'{"error": "Forbidden"}', AuthenticationError, "HTTP 403: the server refused"),
     ],
-)  # fmt: skip
+)
 async def test_status_maps_to_reject_or_retry(
     status: int, body: bytes, expected: type[Exception], message: str
 ) -> None:
@@ -196,12 +221,25 @@ def uvicorn() -> Iterator[Uvicorn]:
     """The stand-in app under uvicorn, closing idle keep-alive connections after 1 s."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "keepalive_app:app", "--app-dir", str(HERE),
-         "--host", "127.0.0.1", "--port", str(port), "--timeout-keep-alive", "1",
-         "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "keepalive_app:app",
+            "--app-dir",
+            str(HERE),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--timeout-keep-alive",
+            "1",
+            "--log-level",
+            "warning",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     server = Uvicorn(f"http://127.0.0.1:{port}", proc)
     try:
         deadline = time.monotonic() + 60
@@ -253,9 +291,13 @@ async def test_a_rid_the_server_still_holds_is_retried_not_rejected(
     # SGLang 0.5.23 answers 400 "Duplicate request ID" while a request with that rid is in
     # flight (an earlier run's, or a cancelled batch's, still being aborted).
     emu = emulator_factory(
-        "--emu-decode-ms-per-token", "10", "--emu-mean-output-tokens", "100",
-        "--emu-output-sigma", "0",
-    ).wait_ready()  # fmt: skip
+        "--emu-decode-ms-per-token",
+        "10",
+        "--emu-mean-output-tokens",
+        "100",
+        "--emu-output-sigma",
+        "0",
+    ).wait_ready()
     retried: list[int] = []
     async with SGLangClient(emu.url) as client:
         earlier = asyncio.create_task(client.generate([1, 2, 3], {}, "B1:17:0"))

@@ -20,8 +20,13 @@ from eagle3_datagen.write.records import Record, Reject
 from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
 from tests.support import TOKENIZER_DIR
 
-SERVER_ARGS: dict[str, Any] = {"model_path": str(TOKENIZER_DIR), "host": "127.0.0.1",
-                               "port": 30000, "tp_size": 8, "reasoning_parser": None}  # fmt: skip
+SERVER_ARGS: dict[str, Any] = {
+    "model_path": str(TOKENIZER_DIR),
+    "host": "127.0.0.1",
+    "port": 30000,
+    "tp_size": 8,
+    "reasoning_parser": None,
+}
 
 
 def make_config(
@@ -47,10 +52,17 @@ class Tok:
     """Special-token ids of the bundled tokenizer and hand-made sequences built from them."""
 
     def __init__(self, tok: ChatTokenizer) -> None:
-        names = ["<think>", "</think>", "<|im_end|>", "<|im_user|>",
-                 "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
-                 "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
-                 "<|tool_call_end|>"]  # fmt: skip
+        names = [
+            "<think>",
+            "</think>",
+            "<|im_end|>",
+            "<|im_user|>",
+            "<|tool_calls_section_begin|>",
+            "<|tool_calls_section_end|>",
+            "<|tool_call_begin|>",
+            "<|tool_call_argument_begin|>",
+            "<|tool_call_end|>",
+        ]
         self.id = {n: tok.token_id(n) for n in names}
 
     def prompt(self, n: int = 5) -> list[int]:
@@ -58,15 +70,28 @@ class Tok:
 
     def output(self, think: int = 3, answer: int = 2) -> list[int]:
         """Reasoning, ``</think>``, answer, ``<|im_end|>``: a well-formed Kimi turn."""
-        return [*range(100, 100 + think), self.id["</think>"], *range(200, 200 + answer),
-                self.id["<|im_end|>"]]  # fmt: skip
+        return [
+            *range(100, 100 + think),
+            self.id["</think>"],
+            *range(200, 200 + answer),
+            self.id["<|im_end|>"],
+        ]
 
     def tool_output(self) -> list[int]:
         i = self.id
-        return [100, i["</think>"], 200, i["<|tool_calls_section_begin|>"],
-                i["<|tool_call_begin|>"], 300, i["<|tool_call_argument_begin|>"], 301,
-                i["<|tool_call_end|>"], i["<|tool_calls_section_end|>"],
-                i["<|im_end|>"]]  # fmt: skip
+        return [
+            100,
+            i["</think>"],
+            200,
+            i["<|tool_calls_section_begin|>"],
+            i["<|tool_call_begin|>"],
+            300,
+            i["<|tool_call_argument_begin|>"],
+            301,
+            i["<|tool_call_end|>"],
+            i["<|tool_calls_section_end|>"],
+            i["<|im_end|>"],
+        ]
 
     def truncated_output(self, n: int = 6) -> list[int]:
         return list(range(100, 100 + n))  # still reasoning when max_new_tokens hit
@@ -85,19 +110,36 @@ class Tok:
         prompt = self.prompt()
         out = self.output() if output is None else output
         end = self.id["</think>"]
-        rec = Record(id=rid, partition=partition, prompt_ids=prompt, output_ids=out,
-                     finish_reason=finish, prompt_tokens=len(prompt), completion_tokens=len(out),
-                     truncated=finish == "length", think_end_index=out.index(end) if end in out
-                     else -1, cached_tokens=0, e2e_latency=0.5, source_line=line,
-                     rid=f"{partition}:{line}:0")  # fmt: skip
+        rec = Record(
+            id=rid,
+            partition=partition,
+            prompt_ids=prompt,
+            output_ids=out,
+            finish_reason=finish,
+            prompt_tokens=len(prompt),
+            completion_tokens=len(out),
+            truncated=finish == "length",
+            think_end_index=out.index(end) if end in out else -1,
+            cached_tokens=0,
+            e2e_latency=0.5,
+            source_line=line,
+            rid=f"{partition}:{line}:0",
+        )
         for key, value in overrides.items():
             setattr(rec, key, value)
         return rec
 
 
 def reject(partition: str, line: int, code: str = "bad_input") -> Reject:
-    return Reject(partition=partition, source_file=f"{partition}.jsonl", source_line=line,
-                  id=None, stage="input", reason_code=code, reason=f"line {line}: bad")  # fmt: skip
+    return Reject(
+        partition=partition,
+        source_file=f"{partition}.jsonl",
+        source_line=line,
+        id=None,
+        stage="input",
+        reason_code=code,
+        reason=f"line {line}: bad",
+    )
 
 
 @dataclass

@@ -38,8 +38,18 @@ class EmulatorProcess:
         logs = log_dir if log_dir is not None else Path(self._tmp or ".")
         self.out_path = logs / f"emulator-{self.port}.out"
         self.err_path = logs / f"emulator-{self.port}.err"
-        cmd = [sys.executable, "-m", "sglang_emulator", "--model-path", str(model_path),
-               "--host", "127.0.0.1", "--port", str(self.port), *flags]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "sglang_emulator",
+            "--model-path",
+            str(model_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *flags,
+        ]
         if ledger is not None:
             cmd += ["--emu-ledger", str(ledger)]
         with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
@@ -63,8 +73,13 @@ class EmulatorProcess:
 
     def wait_ready(self, timeout_s: float = 60.0) -> Self:
         """Block until ``/health`` answers 200; fail with the child's stderr if it exits."""
-        if wait_healthy(self.proc, self.url, what="emulator", output=lambda: self.stderr[-2000:],
-                        timeout_s=timeout_s):  # fmt: skip
+        if wait_healthy(
+            self.proc,
+            self.url,
+            what="emulator",
+            output=lambda: self.stderr[-2000:],
+            timeout_s=timeout_s,
+        ):
             return self
         self.stop()
         raise TimeoutError(f"emulator at {self.url} not healthy after {timeout_s}s")

@@ -145,8 +145,13 @@ class FrontProcess:
             self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout_s: float = 30.0) -> Self:
-        if not wait_healthy(self.proc, self.url, what="front", timeout_s=timeout_s,
-                            output=lambda: self.log.read_text()[-2000:]):  # fmt: skip
+        if not wait_healthy(
+            self.proc,
+            self.url,
+            what="front",
+            timeout_s=timeout_s,
+            output=lambda: self.log.read_text()[-2000:],
+        ):
             self.stop()
             raise TimeoutError(f"front at {self.url} not healthy after {timeout_s}s")
         return self

@@ -60,10 +60,14 @@ async def run_batches(config: PipelineConfig, url: str, **runner: Any) -> Partit
     out = PartitionOutput(config.output_dir, "p")
     async with SGLangClient(url) as client:
         partition_runner = PartitionRunner(
-            config=config, partition="p", tokenizer=tok,
-            ids=TokenIds.resolve(tok, config.special_tokens), client=client, output=out,
+            config=config,
+            partition="p",
+            tokenizer=tok,
+            ids=TokenIds.resolve(tok, config.special_tokens),
+            client=client,
+            output=out,
             **runner,
-        )  # fmt: skip
+        )
         for spec in plan_batches("p", config.partition("p").input, config.batch_size):
             await partition_runner.run_batch(spec)
     return out

@@ -67,18 +67,32 @@ class Postgres:
     def start(self) -> None:
         with open(self.root / "postgres.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [str(self.bindir / "postgres"), "-D", str(self.root / "data"),
-                 "-p", str(self.port), "-c", "listen_addresses=127.0.0.1",
-                 "-c", f"unix_socket_directories={self.root}", "-c", "fsync=off",
-                 "-c", "max_connections=200"],
-                stdout=log, stderr=subprocess.STDOUT, cwd=self.root, **_as_owner(),
-            )  # fmt: skip
+                [
+                    str(self.bindir / "postgres"),
+                    "-D",
+                    str(self.root / "data"),
+                    "-p",
+                    str(self.port),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    f"unix_socket_directories={self.root}",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "max_connections=200",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                **_as_owner(),
+            )
         deadline = time.monotonic() + 60
         while True:
             ready = subprocess.run(
                 [str(self.bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
                 capture_output=True,
-            )  # fmt: skip
+            )
             if ready.returncode == 0:
                 return
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -105,19 +119,41 @@ def running_postgres(database: str = "prefect") -> Iterator[Postgres]:
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
     subprocess.run(
-        [str(bindir / "initdb"), "-D", str(root / "data"), "-U", "prefect", "--auth=trust",
-         "--encoding=UTF8", "--no-sync"],
-        check=True, capture_output=True, timeout=120, cwd=root, **_as_owner(),
-    )  # fmt: skip
+        [
+            str(bindir / "initdb"),
+            "-D",
+            str(root / "data"),
+            "-U",
+            "prefect",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-sync",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        cwd=root,
+        **_as_owner(),
+    )
     pg = Postgres(bindir, root, free_port())
     pg.url = f"postgresql+asyncpg://prefect@127.0.0.1:{pg.port}/{database}"
     try:
         pg.start()
         subprocess.run(
-            [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "prefect",
-             database],
-            check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
+            [
+                str(bindir / "createdb"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(pg.port),
+                "-U",
+                "prefect",
+                database,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         yield pg
     finally:
         pg.stop()

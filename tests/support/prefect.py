@@ -42,10 +42,22 @@ class PrefectServer:
         started = time.monotonic()
         with open(self.home / "server.log", "ab") as log:
             self.server = subprocess.Popen(
-                [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                 "--port", str(self.port), "--analytics-off"],
-                env=self.server_env, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "prefect",
+                    "server",
+                    "start",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--analytics-off",
+                ],
+                env=self.server_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = started + timeout
         while True:
             if self.server.poll() is not None:
@@ -90,9 +102,13 @@ class PrefectServer:
     def cli(self, *args: str, check: bool = True, timeout: float = 120) -> str:
         """``prefect ARGS`` as a user types it, from the repository root."""
         proc = subprocess.run(
-            [sys.executable, "-m", "prefect", *args], cwd=REPO, env=self.env,
-            capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
+            [sys.executable, "-m", "prefect", *args],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         out = proc.stdout + proc.stderr
         if check and proc.returncode != 0:
             raise AssertionError(f"prefect {' '.join(args)} exited {proc.returncode}:\n{out}")
@@ -101,8 +117,9 @@ class PrefectServer:
     def datagen(self, *args: str) -> str:
         """``eagle3-datagen ARGS`` (the installed command) against this server; its stdout."""
         exe = Path(sys.executable).with_name("eagle3-datagen")
-        proc = subprocess.run([str(exe), *args], cwd=REPO, env=self.env, capture_output=True,
-                              text=True, timeout=120)  # fmt: skip
+        proc = subprocess.run(
+            [str(exe), *args], cwd=REPO, env=self.env, capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc.stdout
 
@@ -110,9 +127,12 @@ class PrefectServer:
         """A long-running ``prefect`` subprocess (a worker), stopped at teardown by its pid."""
         with open(log, "wb") as fh:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "prefect", *args], cwd=REPO, env=self.env,
-                stdout=fh, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [sys.executable, "-m", "prefect", *args],
+                cwd=REPO,
+                env=self.env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+            )
         self.procs.append(proc)
         return proc
 
@@ -209,7 +229,11 @@ def notification_block(srv: PrefectServer, url: str) -> str:
         "print(b.save('eagle3-alerts', overwrite=True))\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], env=srv.env, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code],
+        env=srv.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=True,
-    ).stdout  # fmt: skip
+    ).stdout
     return out.strip().splitlines()[-1]

@@ -39,13 +39,19 @@ def fp(chat_tokenizer: ChatTokenizer) -> dict[str, Any]:
 def good(tk: Tok) -> dict[str, list[Batch]]:
     return {
         "p1": [
-            Batch([tk.record("a", "p1", line=1), tk.record("b", "p1", tk.tool_output(), line=2)],
-                  [reject("p1", 3)]),
-            Batch([tk.record("c", "p1", tk.output(think=7, answer=4), line=4),
-                   tk.record("d", "p1", tk.truncated_output(), finish="length", line=5)]),
+            Batch(
+                [tk.record("a", "p1", line=1), tk.record("b", "p1", tk.tool_output(), line=2)],
+                [reject("p1", 3)],
+            ),
+            Batch(
+                [
+                    tk.record("c", "p1", tk.output(think=7, answer=4), line=4),
+                    tk.record("d", "p1", tk.truncated_output(), finish="length", line=5),
+                ]
+            ),
         ],
         "p2": [Batch([tk.record("a", "p2")])],  # an id of p1 again: unique per partition only
-    }  # fmt: skip
+    }
 
 
 def part(report: AuditReport, name: str) -> Any:
@@ -60,8 +66,17 @@ def test_a_valid_dataset_passes_with_the_manifests_own_numbers(
     assert report.ok, "\n".join(report.lines())
     assert report.records == 5 and report.invalid == 0
     p1 = part(report, "p1").summary
-    for key in ("accepted", "rejected", "rejects_by_reason", "truncated", "truncation_rate",
-                "prompt_tokens", "output_tokens", "output_length", "thinking_length"):  # fmt: skip
+    for key in (
+        "accepted",
+        "rejected",
+        "rejects_by_reason",
+        "truncated",
+        "truncation_rate",
+        "prompt_tokens",
+        "output_tokens",
+        "output_length",
+        "thinking_length",
+    ):
         assert p1[key] == manifest["partitions"]["p1"][key], key
     assert p1["truncation_rate"] == 0.25
     assert p1["thinking_length"]["max"] == 7

@@ -17,8 +17,10 @@ async def test_limits_requests_and_tokens_in_fifo_order() -> None:
     budget = ServerBudget(max_requests=3, max_tokens=100)
     log: list[str] = []
     gate = asyncio.Event()
-    tasks = [asyncio.create_task(hold(budget, t, log, n, gate))
-             for n, t in [("a", 40), ("b", 40), ("big", 90), ("c", 10), ("d", 10)]]  # fmt: skip
+    tasks = [
+        asyncio.create_task(hold(budget, t, log, n, gate))
+        for n, t in [("a", 40), ("b", 40), ("big", 90), ("c", 10), ("d", 10)]
+    ]
     await asyncio.sleep(0.01)
     # "big" does not fit next to a+b, and the small ones queue behind it (no starvation).
     assert log == ["a", "b"] and budget.tokens == 80
@@ -167,8 +169,13 @@ async def test_longest_first_gives_places_to_the_longest_share_first() -> None:
     await asyncio.sleep(0.01)
     budget.set_adaptive_limit(5)
     await asyncio.sleep(0.01)
-    assert started == [("LONG", 16_050), ("LONG", 16_900), ("LONG", 16_400),
-                       ("SHORT", 1_010), ("SHORT", 1_300)]  # fmt: skip
+    assert started == [
+        ("LONG", 16_050),
+        ("LONG", 16_900),
+        ("LONG", 16_400),
+        ("SHORT", 1_010),
+        ("SHORT", 1_300),
+    ]
     gate.set()
     await asyncio.gather(*tasks)
     assert started[5:] == [("SHORT", 1_020), ("SHORT", 1_200)]

@@ -25,8 +25,13 @@ from tests.support import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "sglang-0.5.23" / "chat-response"
 ASSETS = REPO / "src" / "eagle3_datagen" / "assets"
-TOOL_CODES = {"tool_call_in_reasoning", "malformed_tool_call", "tool_call_dropped",
-              "tool_call_undeclared", "think_end_count"}  # fmt: skip
+TOOL_CODES = {
+    "tool_call_in_reasoning",
+    "malformed_tool_call",
+    "tool_call_dropped",
+    "tool_call_undeclared",
+    "think_end_count",
+}
 
 
 def _cases() -> list[tuple[str, dict[str, Any]]]:
@@ -95,10 +100,16 @@ def test_validation_keeps_a_tool_turn_exactly_when_sglang_returns_its_calls(
         pytest.skip("ids past len(tokenizer): SGLang's text is not the model's here")
     check = ToolCallCheck(tok.decode, case["request"].get("tools"))
     v = validate_output(
-        case["prompt_ids"], out, finish_type="stop", finish_matched=out[-1],
-        prompt_tokens=len(case["prompt_ids"]), completion_tokens=len(out), ids=ids,
-        policy=ValidationPolicy(), tool_check=check,
-    )  # fmt: skip
+        case["prompt_ids"],
+        out,
+        finish_type="stop",
+        finish_matched=out[-1],
+        prompt_tokens=len(case["prompt_ids"]),
+        completion_tokens=len(out),
+        ids=ids,
+        policy=ValidationPolicy(),
+        tool_check=check,
+    )
     kept = not TOOL_CODES & {code for code, _ in v.reasons}
     returned = len(case["message"].get("tool_calls", [])) == out.count(ids.tools.call_end)
     assert kept == returned, (case["about"], v.reasons, case["message"])

@@ -34,9 +34,12 @@ def test_template_reference_equals_apply_chat_template(tokenizer_dir: object) ->
     tok = chat.tok
     for prompt, ids in zip(prompts(), chat.render(prompts()), strict=True):
         expected = tok.apply_chat_template(
-            prompt.messages, tools=prompt.tools, add_generation_prompt=True, tokenize=True,
+            prompt.messages,
+            tools=prompt.tools,
+            add_generation_prompt=True,
+            tokenize=True,
             return_dict=False,
-        )  # fmt: skip
+        )
         assert ids == list(expected)
 
 

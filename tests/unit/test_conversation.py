@@ -22,9 +22,11 @@ from eagle3_datagen.render.token_ids import TokenIds
 from tests.support import TOKENIZER_DIR
 from tests.support.prompts import WEATHER_TOOL
 
-CALL = ('<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0'
-        '<|tool_call_argument_begin|>{"city": "Paris", "unit": "C"}<|tool_call_end|>'
-        "<|tool_calls_section_end|>")  # fmt: skip
+CALL = (
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    '<|tool_call_argument_begin|>{"city": "Paris", "unit": "C"}<|tool_call_end|>'
+    "<|tool_calls_section_end|>"
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +47,25 @@ def _conversation() -> list[dict[str, Any]]:
     return [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c1", "type": "function",
-             "function": {"name": "get_weather", "arguments": {"unit": "C", "city": "Paris"}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "arguments": {"unit": "C", "city": "Paris"},
+                    },
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "18"},
         {"role": "assistant", "content": "18 C."},
         {"role": "user", "content": "Thanks"},
         {"role": "assistant", "content": "You are welcome."},
-    ]  # fmt: skip
+    ]
 
 
 def _prompt(messages: list[dict[str, Any]]) -> Prompt:
@@ -100,10 +113,15 @@ def test_output_ids_become_the_message_sglang_returns(tok: ChatTokenizer) -> Non
         "role": "assistant",
         "reasoning_content": "I should check.",
         "content": " Let me look. ",  # not stripped
-        "tool_calls": [{"id": "functions.get_weather:0", "index": 0, "type": "function",
-                        "function": {"name": "get_weather",
-                                     "arguments": '{"city": "Paris", "unit": "C"}'}}],
-    }  # fmt: skip
+        "tool_calls": [
+            {
+                "id": "functions.get_weather:0",
+                "index": 0,
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "C"}'},
+            }
+        ],
+    }
     assert calls is not None and [c.name for c in calls] == ["get_weather"]
     plain, none = _served(tok, "hm</think>Done.<|im_end|>")
     assert plain == {"role": "assistant", "reasoning_content": "hm", "content": "Done."}
@@ -157,8 +175,11 @@ def test_history_answers_the_models_call(tok: ChatTokenizer) -> None:
     assert calls is not None
     history = continue_history(messages[:2], model, calls, slots[0], slots[1], messages)
     assert history[2] is model
-    assert history[3] == {"role": "tool", "tool_call_id": "functions.get_weather:0",
-                          "content": "18"}  # fmt: skip
+    assert history[3] == {
+        "role": "tool",
+        "tool_call_id": "functions.get_weather:0",
+        "content": "18",
+    }
     assert messages[3]["tool_call_id"] == "c1"  # the data is not changed
 
 
@@ -172,11 +193,15 @@ def test_config_of_turns_and_samples() -> None:
     part = parse_config(_config()).partitions[0]
     assert (part.regenerate, part.samples, part.temperatures) == ("last", 1, None)
     assert part.temperature(3, 0.8) == 0.8
-    part = parse_config(_config(regenerate="all_turns", samples=5,
-                                temperatures=[0.0, 0.7])).partitions[0]  # fmt: skip
+    part = parse_config(
+        _config(regenerate="all_turns", samples=5, temperatures=[0.0, 0.7])
+    ).partitions[0]
     assert [part.temperature(n, 1.0) for n in range(5)] == [0.0, 0.7, 0.0, 0.7, 0.0]
-    for bad, where in (({"regenerate": "every"}, "regenerate"), ({"samples": 0}, "samples"),
-                       ({"temperatures": [-1.0]}, "temperatures.0"),
-                       ({"temperatures": []}, "temperatures")):  # fmt: skip
+    for bad, where in (
+        ({"regenerate": "every"}, "regenerate"),
+        ({"samples": 0}, "samples"),
+        ({"temperatures": [-1.0]}, "temperatures.0"),
+        ({"temperatures": []}, "temperatures"),
+    ):
         with pytest.raises(ConfigError, match=rf"partitions\.0\.{where}"):
             parse_config(_config(**bad), "cfg.yaml")

@@ -18,8 +18,18 @@ def test_histogram_bins_are_powers_of_two_with_counts() -> None:
     bins = {
         label.strip(): bar.split() for label, bar in (ln.split(" | ") for ln in text.splitlines())
     }
-    assert list(bins) == ["1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127", "128-255",
-                          "256-511", "512-1023"]  # fmt: skip
+    assert list(bins) == [
+        "1",
+        "2-3",
+        "4-7",
+        "8-15",
+        "16-31",
+        "32-63",
+        "64-127",
+        "128-255",
+        "256-511",
+        "512-1023",
+    ]
     assert bins["256-511"] == ["█" * 40, "2"] and bins["1"] == ["█" * 20, "1"]
     assert bins["16-31"] == ["0"]
     assert Distribution("x").histogram() == "(no records)"
@@ -29,10 +39,16 @@ def write_sample(root: Path, chat_tokenizer: object) -> None:
     config = make_config(("p1", "p2"))
     fp = make_fingerprint(config, chat_tokenizer)  # type: ignore[arg-type]
     t = Tok(chat_tokenizer)  # type: ignore[arg-type]
-    p1 = [Batch([t.record("a", "p1", t.output(think=30, answer=5), line=1),
-                 t.record("b", "p1", t.output(think=3, answer=2), line=2),
-                 t.record("c", "p1", t.truncated_output(50), finish="length", line=3)],
-                [reject("p1", 4)])]  # fmt: skip
+    p1 = [
+        Batch(
+            [
+                t.record("a", "p1", t.output(think=30, answer=5), line=1),
+                t.record("b", "p1", t.output(think=3, answer=2), line=2),
+                t.record("c", "p1", t.truncated_output(50), finish="length", line=3),
+            ],
+            [reject("p1", 4)],
+        )
+    ]
     p2 = [Batch([t.record("d", "p2", line=1)])]
     write_dataset(root, fp, {"p1": p1, "p2": p2})
 
@@ -56,9 +72,11 @@ def test_picture_from_disk_and_a_card_that_datasets_loads(
     card = write_dataset_card(tmp_path, manifest, pictures)
     text = card.read_text()
     front = yaml.safe_load(text.split("---\n")[1])
-    assert front["configs"][0] == {"config_name": "p1", "default": True,
-                                   "data_files": [{"split": "train",
-                                                   "path": "p1/part-*.parquet"}]}  # fmt: skip
+    assert front["configs"][0] == {
+        "config_name": "p1",
+        "default": True,
+        "data_files": [{"split": "train", "path": "p1/part-*.parquet"}],
+    }
     assert manifest["fingerprint"]["content_sha256"] in text
     assert "## How to load" in text and "## Provenance" in text and "32-63 |" in text
 

@@ -324,10 +324,19 @@ def _hadolint() -> str:
 
 def _lint(*paths: Path) -> list[dict[str, Any]]:
     proc = subprocess.run(
-        [_hadolint(), "--no-color", "--format", "json", "--failure-threshold", "style",
-         *map(str, paths)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            _hadolint(),
+            "--no-color",
+            "--format",
+            "json",
+            "--failure-threshold",
+            "style",
+            *map(str, paths),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     findings = json.loads(proc.stdout or "[]")
     assert proc.returncode == (1 if findings else 0), proc.stderr
     return list(findings)
@@ -379,12 +388,19 @@ def test_uv_sync_layers_resolve_from_the_lock(kind: str, tmp_path: Path) -> None
     env.pop("VIRTUAL_ENV", None)
     for command in commands:
         proc = subprocess.run(
-            [uv, *command[1:], "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True,
+            [uv, *command[1:], "--dry-run"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
             timeout=120,
-        )  # fmt: skip
+        )
         assert proc.returncode == 0, proc.stderr
-        planned = {line.split()[1].split("==")[0] for line in proc.stderr.splitlines()
-                   if line.startswith(" + ")}  # fmt: skip
+        planned = {
+            line.split()[1].split("==")[0]
+            for line in proc.stderr.splitlines()
+            if line.startswith(" + ")
+        }
         assert "prefect" in planned and "pytest" not in planned, command  # --no-dev
         if kind == "gpu":
             assert not {"transformers", "tokenizers"} & planned, command  # SGLang's pins win

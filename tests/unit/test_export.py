@@ -25,12 +25,19 @@ def tk(chat_tokenizer: ChatTokenizer) -> Tok:
 def dataset(tmp_path: Path, tk: Tok, chat_tokenizer: ChatTokenizer) -> Path:
     root = tmp_path / "data"
     fp = make_fingerprint(make_config(), chat_tokenizer)
-    write_dataset(root, fp, {
-        "p1": [Batch([tk.record("a", "p1", line=1),
-                      tk.record("b", "p1", tk.tool_output(), line=2)]),
-               Batch([tk.record("c", "p1", tk.truncated_output(), finish="length", line=4)])],
-        "p2": [Batch([tk.record("a", "p2", tk.output(think=9), line=7)])],
-    })  # fmt: skip
+    write_dataset(
+        root,
+        fp,
+        {
+            "p1": [
+                Batch(
+                    [tk.record("a", "p1", line=1), tk.record("b", "p1", tk.tool_output(), line=2)]
+                ),
+                Batch([tk.record("c", "p1", tk.truncated_output(), finish="length", line=4)]),
+            ],
+            "p2": [Batch([tk.record("a", "p2", tk.output(think=9), line=7)])],
+        },
+    )
     return root
 
 
@@ -83,8 +90,12 @@ def test_truncated_records_are_listed_in_the_exports_own_metadata(
         DatasetError,
         match=r"refusing to export: 1 truncated records \(finish_reason length\) \(p1/c\)",
     ):
-        export_dataset(dataset, "speculators", tmp_path / "spec.jsonl",
-                       options=ExportOptions(truncated="refuse"))  # fmt: skip
+        export_dataset(
+            dataset,
+            "speculators",
+            tmp_path / "spec.jsonl",
+            options=ExportOptions(truncated="refuse"),
+        )
     assert not (tmp_path / "spec.jsonl").exists()
 
 
@@ -119,8 +130,9 @@ def test_export_is_atomic_and_refuses_data_of_another_run(
     out.write_text("previous export\n")
     other = tmp_path / "other"
     config = make_config().model_copy(update={"batch_size": 7})
-    write_dataset(other, make_fingerprint(config, chat_tokenizer),
-                  {"p2": [Batch([tk.record("z", "p2")])]})  # fmt: skip
+    write_dataset(
+        other, make_fingerprint(config, chat_tokenizer), {"p2": [Batch([tk.record("z", "p2")])]}
+    )
     shutil.copy(other / "p2" / "part-00000.parquet", dataset / "p2" / "part-00000.parquet")
     with pytest.raises(DatasetError, match=r"p2/part-00000.parquet: made under fingerprint"):
         export_dataset(dataset, "specforge", out)
@@ -163,16 +175,23 @@ def test_records_over_the_trainers_max_length_are_reported_dropped_or_refused(
     assert (
         "max length 16 (data.max_length; SpecForge's default is 2048): 2 records longer" in report
     )
-    assert "2 records WILL BE CLIPPED by the trainer (4 tokens past the maximum); " \
-        "--max-length 64 trains every token" in report  # fmt: skip
+    assert (
+        "2 records WILL BE CLIPPED by the trainer (4 tokens past the maximum); "
+        "--max-length 64 trains every token" in report
+    )
     assert "data.max_length: 16" in report
-    dropped = export_dataset(dataset, "specforge", out,
-                             options=ExportOptions(max_length=16, over_length="drop"))  # fmt: skip
+    dropped = export_dataset(
+        dataset, "specforge", out, options=ExportOptions(max_length=16, over_length="drop")
+    )
     assert dropped.total == len(read_jsonl(out)) == 2 and dropped.skipped_over_length == 2
-    with pytest.raises(DatasetError, match=r"2 records longer than the max length 16 .*longest "
-                       r"is 19 tokens"):  # fmt: skip
-        export_dataset(dataset, "specforge", out,
-                       options=ExportOptions(max_length=16, over_length="refuse"))  # fmt: skip
+    with pytest.raises(
+        DatasetError,
+        match=r"2 records longer than the max length 16 .*longest "
+        r"is 19 tokens",
+    ):
+        export_dataset(
+            dataset, "specforge", out, options=ExportOptions(max_length=16, over_length="refuse")
+        )
     assert len(read_jsonl(out)) == 2  # the previous export is untouched
 
 
@@ -192,8 +211,9 @@ def test_the_report_names_the_pre_tokenized_paths_and_the_default_maxima(
     sf_text, spec_text = "\n".join(sf.report()), "\n".join(spec.report())
     assert f"data.prompts_path: {tmp_path / 'sf.jsonl'}" in sf_text
     assert "never data.train_data_path" in sf_text and "data.max_length: 2048" in sf_text
-    assert f"speculators prepare-data --data {tmp_path / 'spec.jsonl'} --seq-length 8192" \
-        in spec_text  # fmt: skip
+    assert (
+        f"speculators prepare-data --data {tmp_path / 'spec.jsonl'} --seq-length 8192" in spec_text
+    )
     assert "no --render-endpoint" in spec_text and "--total-seq-len 8192" in spec_text
     assert "drops primary_id" in spec_text  # without --validation, its own split leaks
 
@@ -206,10 +226,15 @@ def test_validation_holds_out_whole_conversations(
     root = tmp_path / "data"
     records = [
         tk.record(f"c{c}#s{s}#t{t}", "p1", line=c + 1, conversation_id=f"c{c}", turn=t, sample=s)
-        for c in range(12) for s in range(2) for t in range(2)
-    ]  # fmt: skip
-    write_dataset(root, make_fingerprint(make_config(), chat_tokenizer),
-                  {"p1": [Batch(records[:24]), Batch(records[24:])]})  # fmt: skip
+        for c in range(12)
+        for s in range(2)
+        for t in range(2)
+    ]
+    write_dataset(
+        root,
+        make_fingerprint(make_config(), chat_tokenizer),
+        {"p1": [Batch(records[:24]), Batch(records[24:])]},
+    )
     out = tmp_path / "spec.jsonl"
     opts = ExportOptions(validation=0.3, split_seed=1)
     result = export_dataset(root, "speculators", out, options=opts)
@@ -226,5 +251,6 @@ def test_validation_holds_out_whole_conversations(
     again = export_dataset(root, "specforge", tmp_path / "sf.jsonl", options=opts)
     assert again.metadata["counts"]["written"] == {"train": len(train), "validation": len(val)}
     with pytest.raises(DatasetError, match="put 0 of 12 conversations in validation"):
-        export_dataset(root, "specforge", tmp_path / "x.jsonl",
-                       options=ExportOptions(validation=0.001))  # fmt: skip
+        export_dataset(
+            root, "specforge", tmp_path / "x.jsonl", options=ExportOptions(validation=0.001)
+        )

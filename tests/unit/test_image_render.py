@@ -55,8 +55,10 @@ def _img(url: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-CALLS = [{"id": f"c{i}", "type": "function",
-          "function": {"name": "look", "arguments": "{}"}} for i in (1, 2)]  # fmt: skip
+CALLS = [
+    {"id": f"c{i}", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+    for i in (1, 2)
+]
 
 
 def tool_run_messages() -> list[dict[str, Any]]:
@@ -80,12 +82,17 @@ def test_sglang_chat_puts_image_tool_results_in_call_order(tmp_path: Path, hf: A
     assert tok.image_order(prompt) == ["a.png", "b.png"]
     as_sglang = [
         {"role": "user", "content": "Look at both."},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": c["id"], "type": "function", "function": {"name": "look", "arguments": {}}}
-            for c in CALLS]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": c["id"], "type": "function", "function": {"name": "look", "arguments": {}}}
+                for c in CALLS
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": [{"type": "image"}]},
         {"role": "tool", "tool_call_id": "c2", "content": [{"type": "image"}]},
-    ]  # fmt: skip
+    ]
     want = hf.apply_chat_template(as_sglang, add_generation_prompt=True, tokenize=False)
     assert tok.render_text(prompt) == want
     pad = hf.convert_tokens_to_ids("<|media_pad|>")

@@ -18,15 +18,30 @@ TIKTOKEN_DIR = ASSETS / "kimi-k2.5-tiktoken"
 
 # Kimi-K2 / K2.5's special-token ids (vocab 163840; 163584 is the first id after the BPE ranks).
 KIMI_IDS = {
-    "[BOS]": 163584, "[EOS]": 163585, "<|im_end|>": 163586, "<|im_user|>": 163587,
-    "<|im_assistant|>": 163588, "<|start_header_id|>": 163590, "<|end_header_id|>": 163591,
-    "[EOT]": 163593, "<|im_system|>": 163594, "<|tool_calls_section_begin|>": 163595,
-    "<|tool_calls_section_end|>": 163596, "<|tool_call_begin|>": 163597,
-    "<|tool_call_argument_begin|>": 163598, "<|tool_call_end|>": 163599, "<|im_middle|>": 163601,
-    "<|media_begin|>": 163602, "<|media_content|>": 163603, "<|media_end|>": 163604,
-    "<|media_pad|>": 163605, "<think>": 163606, "</think>": 163607, "[UNK]": 163838,
+    "[BOS]": 163584,
+    "[EOS]": 163585,
+    "<|im_end|>": 163586,
+    "<|im_user|>": 163587,
+    "<|im_assistant|>": 163588,
+    "<|start_header_id|>": 163590,
+    "<|end_header_id|>": 163591,
+    "[EOT]": 163593,
+    "<|im_system|>": 163594,
+    "<|tool_calls_section_begin|>": 163595,
+    "<|tool_calls_section_end|>": 163596,
+    "<|tool_call_begin|>": 163597,
+    "<|tool_call_argument_begin|>": 163598,
+    "<|tool_call_end|>": 163599,
+    "<|im_middle|>": 163601,
+    "<|media_begin|>": 163602,
+    "<|media_content|>": 163603,
+    "<|media_end|>": 163604,
+    "<|media_pad|>": 163605,
+    "<think>": 163606,
+    "</think>": 163607,
+    "[UNK]": 163838,
     "[PAD]": 163839,
-}  # fmt: skip
+}
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -52,8 +67,14 @@ def test_loads_offline_as_remote_code_without_a_rust_backend() -> None:
         "print(type(t).__name__, type(t).__module__.rsplit('.', 1)[-1], t.is_fast)\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     assert out.stdout.split() == ["TikTokenTokenizer", "tokenization_kimi", "False"]
     assert not (TIKTOKEN_DIR / "tokenizer.json").exists()
     config = json.loads((TIKTOKEN_DIR / "tokenizer_config.json").read_text())
@@ -120,8 +141,10 @@ def test_special_tokens_inside_text_are_single_ids(tok: Any) -> None:
 
 def test_skip_special_tokens_drops_role_tokens_keeps_think(tok: Any) -> None:
     """As Kimi's tokenizer: role and turn tokens are special, <think> is text to a reader."""
-    ids = tok.encode("<|im_assistant|>assistant<|im_middle|><think>x</think>y<|im_end|>",
-                     add_special_tokens=False)  # fmt: skip
+    ids = tok.encode(
+        "<|im_assistant|>assistant<|im_middle|><think>x</think>y<|im_end|>",
+        add_special_tokens=False,
+    )
     assert tok.decode(ids, skip_special_tokens=True) == "assistant<think>x</think>y"
 
 
@@ -139,6 +162,11 @@ def test_committed_files_are_what_the_build_script_writes(tmp_path: Path) -> Non
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.build(tmp_path)
-    for name in ("tiktoken.model", "tokenizer_config.json", "config.json",
-                 "generation_config.json", "tokenization_kimi.py"):  # fmt: skip
+    for name in (
+        "tiktoken.model",
+        "tokenizer_config.json",
+        "config.json",
+        "generation_config.json",
+        "tokenization_kimi.py",
+    ):
         assert (tmp_path / name).read_bytes() == (TIKTOKEN_DIR / name).read_bytes(), name

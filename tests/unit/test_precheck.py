@@ -16,19 +16,23 @@ from tests.support import TOKENIZER_DIR
 
 
 def config(tmp_path: Path, inputs: dict[str, str], **special: str) -> PipelineConfig:
-    return parse_config({
-        "model": {"path": str(TOKENIZER_DIR)},
-        "special_tokens": special,
-        "partitions": [{"name": n, "input": str(tmp_path / f), "tier": "SHORT"}
-                       for n, f in inputs.items()],
-        "output_dir": str(tmp_path / "out"),
-    })  # fmt: skip
+    return parse_config(
+        {
+            "model": {"path": str(TOKENIZER_DIR)},
+            "special_tokens": special,
+            "partitions": [
+                {"name": n, "input": str(tmp_path / f), "tier": "SHORT"} for n, f in inputs.items()
+            ],
+            "output_dir": str(tmp_path / "out"),
+        }
+    )
 
 
 def test_sizes_count_lines_as_the_planner_does(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_bytes(b'{"messages": []}\n\n{"x": 1}\n{"last": "no newline"}')
-    pq.write_table(pa.table({"messages": [[{"role": "user", "content": "hi"}]] * 5}),
-                   tmp_path / "b.parquet")  # fmt: skip
+    pq.write_table(
+        pa.table({"messages": [[{"role": "user", "content": "hi"}]] * 5}), tmp_path / "b.parquet"
+    )
     cfg = config(tmp_path, {"a": "a.jsonl", "b": "b.parquet"})
     check = check_before_server(cfg, None)
     assert check.names == ["a", "b"] and check.sizes == {"a": 4, "b": 5}
@@ -41,8 +45,9 @@ def test_every_unusable_input_is_named_before_the_server(tmp_path: Path) -> None
     (tmp_path / "ok.jsonl").write_text("{}\n")
     (tmp_path / "dir.jsonl").mkdir()
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
-    cfg = config(tmp_path, {"ok": "ok.jsonl", "gone": "gone.jsonl", "dir": "dir.jsonl",
-                            "bad": "bad.parquet"})  # fmt: skip
+    cfg = config(
+        tmp_path, {"ok": "ok.jsonl", "gone": "gone.jsonl", "dir": "dir.jsonl", "bad": "bad.parquet"}
+    )
     sizes: dict[str, int] = {}
     with pytest.raises(InputFileError) as err:
         check_before_server(cfg, None, sizes=sizes)

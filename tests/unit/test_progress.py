@@ -16,8 +16,14 @@ def test_a_retried_batch_counts_its_lines_once() -> None:
         p.batch_started(index, 1)  # one input reject
         for _ in range(15):
             p.line_done(index, 100)
-        p.batch_committed(index, lines=16, accepted=15, rejected=1, truncated=2,
-                          rejects_by_reason={"bad_input": 1})  # fmt: skip
+        p.batch_committed(
+            index,
+            lines=16,
+            accepted=15,
+            rejected=1,
+            truncated=2,
+            rejects_by_reason={"bad_input": 1},
+        )
     p.attempt(1)
     p.batch_started(1, 0)
     for _ in range(10):

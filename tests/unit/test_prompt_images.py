@@ -25,8 +25,11 @@ def _save(path: Path, size: tuple[int, int], fmt: str = "PNG", mode: str = "RGB"
 def _line(*urls: str, kind: str = "image_url") -> bytes:
     parts: list[dict[str, object]] = [{"type": "text", "text": "look"}]
     for url in urls:
-        parts.append({"type": kind, "image_url": {"url": url}} if kind == "image_url"
-                     else {"type": kind, "image": url})  # fmt: skip
+        parts.append(
+            {"type": kind, "image_url": {"url": url}}
+            if kind == "image_url"
+            else {"type": kind, "image": url}
+        )
     return json.dumps({"id": "x", "messages": [{"role": "user", "content": parts}]}).encode()
 
 

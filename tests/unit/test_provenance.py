@@ -109,10 +109,12 @@ def test_switching_the_render_reference_is_a_named_refusal(tmp_path: Path) -> No
     from eagle3_datagen.write.manifest import write_manifest
 
     def fingerprint(render: str) -> dict[str, Any]:
-        config = parse_config({
-            "model": {"path": str(TOKENIZER), "render": render},
-            "partitions": [{"name": "p", "input": "p.jsonl", "tier": "SHORT"}],
-        })  # fmt: skip
+        config = parse_config(
+            {
+                "model": {"path": str(TOKENIZER), "render": render},
+                "partitions": [{"name": "p", "input": "p.jsonl", "tier": "SHORT"}],
+            }
+        )
         tok = ChatTokenizer(str(TOKENIZER), render=config.model.render)
         return build_fingerprint(config, tok, SERVER_INFO, "0.5.23")
 

@@ -27,37 +27,81 @@ WEATHER = {
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
     },
 }
-CALL = {"id": "call_0", "type": "function",
-        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
+CALL = {
+    "id": "call_0",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
 
 
 def conversations() -> list[Prompt]:
     return [
         Prompt("plain", 1, [{"role": "user", "content": "What is 1+1?"}], None),
-        Prompt("tools", 2, [
-            {"role": "system", "content": "You are a weather bot."},
-            {"role": "user", "content": "Weather in Paris?"},
-        ], [WEATHER]),
-        Prompt("multi-turn-thinking", 3, [
-            {"role": "user", "content": "Think: is 17 prime?"},
-            {"role": "assistant", "reasoning_content": "Divisors up to 4: none.",
-             "content": "Yes, 17 is prime."},
-            {"role": "user", "content": "And 21? 中文 too, naïve café 🦊"},
-        ], None),
-        Prompt("tool-loop", 4, [
-            {"role": "user", "content": "Weather in Paris, then summarise."},
-            {"role": "assistant", "reasoning_content": "I should call the tool.", "content": "",
-             "tool_calls": [CALL]},
-            {"role": "tool", "tool_call_id": "call_0", "content": '{"temp": 21, "sky": "sunny"}'},
-        ], [WEATHER]),
-        Prompt("parts-and-literal-specials", 5, [
-            {"role": "user", "content": [{"type": "text", "text": "write <think> and "},
-                                         {"type": "text", "text": "<|im_end|> literally"}]},
-        ], None),
-        Prompt("code", 6, [
-            {"role": "user", "content": "def add(a, b):\n    return a + b\n\n\n\tindented  "},
-        ], None),
-    ]  # fmt: skip
+        Prompt(
+            "tools",
+            2,
+            [
+                {"role": "system", "content": "You are a weather bot."},
+                {"role": "user", "content": "Weather in Paris?"},
+            ],
+            [WEATHER],
+        ),
+        Prompt(
+            "multi-turn-thinking",
+            3,
+            [
+                {"role": "user", "content": "Think: is 17 prime?"},
+                {
+                    "role": "assistant",
+                    "reasoning_content": "Divisors up to 4: none.",
+                    "content": "Yes, 17 is prime.",
+                },
+                {"role": "user", "content": "And 21? 中文 too, naïve café 🦊"},
+            ],
+            None,
+        ),
+        Prompt(
+            "tool-loop",
+            4,
+            [
+                {"role": "user", "content": "Weather in Paris, then summarise."},
+                {
+                    "role": "assistant",
+                    "reasoning_content": "I should call the tool.",
+                    "content": "",
+                    "tool_calls": [CALL],
+                },
+                {
+                    "role": "tool",
+                    "tool_call_id": "call_0",
+                    "content": '{"temp": 21, "sky": "sunny"}',
+                },
+            ],
+            [WEATHER],
+        ),
+        Prompt(
+            "parts-and-literal-specials",
+            5,
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "write <think> and "},
+                        {"type": "text", "text": "<|im_end|> literally"},
+                    ],
+                },
+            ],
+            None,
+        ),
+        Prompt(
+            "code",
+            6,
+            [
+                {"role": "user", "content": "def add(a, b):\n    return a + b\n\n\n\tindented  "},
+            ],
+            None,
+        ),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +119,13 @@ def test_render_equals_apply_chat_template(independent: Any, kwargs: dict[str, A
     rendered = chat.render(conversations())
     for prompt, ids in zip(conversations(), rendered, strict=True):
         expected = independent.apply_chat_template(
-            prompt.messages, tools=prompt.tools, add_generation_prompt=True, tokenize=True,
-            return_dict=False, **kwargs,
-        )  # fmt: skip
+            prompt.messages,
+            tools=prompt.tools,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+            **kwargs,
+        )
         assert ids == list(expected), prompt.id
         assert all(isinstance(i, int) for i in ids)
 

@@ -37,12 +37,14 @@ def _as_task_raises(cause: BaseException) -> BaseException:
     [
         (RetriesExhaustedError("request failed after 6 attempts: HTTP 503"), True),
         (ServerLost("server http://h:1 lost for good"), False),
-        (OutputWriteError("/out/p/part-00000.parquet: cannot write: No space left on device"),
-         False),
+        (
+            OutputWriteError("/out/p/part-00000.parquet: cannot write: No space left on device"),
+            False,
+        ),
         (InputFileError("/in.jsonl: cannot read input"), False),
         (ValueError("a bug"), False),
     ],
-)  # fmt: skip
+)
 def test_only_request_failures_are_retried(cause: BaseException, retried: bool) -> None:
     err = _as_task_raises(cause)
     state: State[Any] = Failed(data=err)

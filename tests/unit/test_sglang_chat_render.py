@@ -38,10 +38,15 @@ def render_all(asset: str, render: str, cases: list[dict[str, Any]]) -> dict[str
         groups[orjson.dumps(kwargs, option=orjson.OPT_SORT_KEYS)].append(case)
     out: dict[str, Any] = {}
     for key, group in groups.items():
-        tok = ChatTokenizer(str(ASSETS / asset), chat_template_kwargs=orjson.loads(key),
-                            render=render)  # type: ignore[arg-type]  # fmt: skip
-        prompts = [Prompt(c["name"], i, c["request"]["messages"], c["request"].get("tools"))
-                   for i, c in enumerate(group)]  # fmt: skip
+        tok = ChatTokenizer(
+            str(ASSETS / asset),
+            chat_template_kwargs=orjson.loads(key),
+            render=render,  # type: ignore[arg-type]
+        )
+        prompts = [
+            Prompt(c["name"], i, c["request"]["messages"], c["request"].get("tools"))
+            for i, c in enumerate(group)
+        ]
         out.update(zip([c["name"] for c in group], tok.render(prompts), strict=True))
     return out
 

@@ -50,10 +50,12 @@ def dataset_records(root: Path) -> dict[str, dict[str, Any]]:
         for r in pq.read_table(shard, columns=columns).to_pylist():
             ids = r["prompt_ids"] + r["output_ids"]
             out[f"{shard.parent.name}/{r['id']}"] = {
-                "prompt": len(r["prompt_ids"]), "length": len(ids), "sha256": sha(ids),
+                "prompt": len(r["prompt_ids"]),
+                "length": len(ids),
+                "sha256": sha(ids),
                 "conversation": f"{shard.parent.name}/{r['conversation_id'] or r['id']}",
                 "truncated": r["truncated"],
-            }  # fmt: skip
+            }
     return out
 
 
@@ -122,9 +124,11 @@ def test_speculators_loaded_every_record_with_our_ids_and_mask(case: Case) -> No
 
 def test_specforge_loaded_every_record_with_our_ids_and_mask(case: Case) -> None:
     recorded = case.recorded["specforge"]["records"]
-    ours = {f"specforge{'.validation' if side == 'validation' else ''}.jsonl:{i}": r
-            for side, rows in case.rows["specforge"].items()
-            for i, r in enumerate(rows, start=1)}  # fmt: skip
+    ours = {
+        f"specforge{'.validation' if side == 'validation' else ''}.jsonl:{i}": r
+        for side, rows in case.rows["specforge"].items()
+        for i, r in enumerate(rows, start=1)
+    }
     assert set(recorded) == set(ours)
     assert Counter(rec["sha256"] for rec in recorded.values()) == Counter(
         rec["sha256"] for rec in case.data.values()

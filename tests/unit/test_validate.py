@@ -19,9 +19,19 @@ def ids(chat_tokenizer: ChatTokenizer) -> TokenIds:
 
 @pytest.fixture(scope="module")
 def t(chat_tokenizer: ChatTokenizer) -> dict[str, int]:
-    names = ["<think>", "</think>", "<|im_end|>", "[EOS]", "<|im_user|>", "<|im_assistant|>",
-             "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
-             "<|tool_call_argument_begin|>", "<|tool_call_end|>"]  # fmt: skip
+    names = [
+        "<think>",
+        "</think>",
+        "<|im_end|>",
+        "[EOS]",
+        "<|im_user|>",
+        "<|im_assistant|>",
+        "<|tool_calls_section_begin|>",
+        "<|tool_calls_section_end|>",
+        "<|tool_call_begin|>",
+        "<|tool_call_argument_begin|>",
+        "<|tool_call_end|>",
+    ]
     return {n: chat_tokenizer.token_id(n) for n in names}
 
 
@@ -102,8 +112,9 @@ def test_truncated_inside_reasoning_is_kept_flagged_or_rejected(
     out = [10, 11, 12, 13]
     kept = run(ids, thinking_prompt(t), out, finish="length")
     assert kept.accepted and kept.truncated and kept.think_end_index == -1
-    rejected = run(ids, thinking_prompt(t), out, finish="length",
-                   policy=ValidationPolicy(truncation="reject"))  # fmt: skip
+    rejected = run(
+        ids, thinking_prompt(t), out, finish="length", policy=ValidationPolicy(truncation="reject")
+    )
     assert codes(rejected) == ["truncated"]
 
 
@@ -139,8 +150,15 @@ def test_no_thinking_model(chat_tokenizer: ChatTokenizer, t: dict[str, int]) -> 
 
 
 def call(t: dict[str, int], name: int = 20) -> list[int]:
-    return [t["<|tool_call_begin|>"], name, 21, t["<|tool_call_argument_begin|>"], 30, 31,
-            t["<|tool_call_end|>"]]  # fmt: skip
+    return [
+        t["<|tool_call_begin|>"],
+        name,
+        21,
+        t["<|tool_call_argument_begin|>"],
+        30,
+        31,
+        t["<|tool_call_end|>"],
+    ]
 
 
 def section(t: dict[str, int], *calls: list[int]) -> list[int]:
@@ -235,18 +253,26 @@ def test_calls_are_checked_as_sglangs_parser_reads_them(
 ) -> None:
     from tests.support.prompts import WEATHER_TOOL
 
-    text = (f"r</think><|tool_calls_section_begin|><|tool_call_begin|>{header}"
-            f"<|tool_call_argument_begin|>{arguments}<|tool_call_end|>"
-            "<|tool_calls_section_end|><|im_end|>")  # fmt: skip
+    text = (
+        f"r</think><|tool_calls_section_begin|><|tool_call_begin|>{header}"
+        f"<|tool_call_argument_begin|>{arguments}<|tool_call_end|>"
+        "<|tool_calls_section_end|><|im_end|>"
+    )
     out = chat_tokenizer.tok.encode(text, add_special_tokens=False)
     prompt = [5, 6, 7, chat_tokenizer.token_id("<think>")]
 
     def check(tools: list[dict] | None) -> Verdict:
         return validate_output(
-            prompt, out, finish_type="stop", finish_matched=out[-1], prompt_tokens=len(prompt),
-            completion_tokens=len(out), ids=ids, policy=KEEP,
+            prompt,
+            out,
+            finish_type="stop",
+            finish_matched=out[-1],
+            prompt_tokens=len(prompt),
+            completion_tokens=len(out),
+            ids=ids,
+            policy=KEEP,
             tool_check=ToolCallCheck(chat_tokenizer.decode, tools),
-        )  # fmt: skip
+        )
 
     assert codes(check([WEATHER_TOOL])) == ([code] if code else [])
     assert codes(check(None)) == ["tool_call_undeclared"]

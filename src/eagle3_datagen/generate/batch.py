@@ -205,9 +205,11 @@ class PartitionRunner:
         samples = self.partition.samples
         # First turns are prefetched from superseded batches in one pass; with none (the usual
         # case) their keys are not worth hashing twice (each turn hashes its own in _turn).
-        first_keys = [
-            prompt_key(self._record_id(p, 0, n), ids) for p, ids in jobs for n in range(samples)
-        ] if len(self.reuse) else []  # fmt: skip
+        first_keys = (
+            [prompt_key(self._record_id(p, 0, n), ids) for p, ids in jobs for n in range(samples)]
+            if len(self.reuse)
+            else []
+        )
         journal = BatchJournal(self.output.journal_path(spec.index))
         return jobs, rejects, _Earlier(journal, self.reuse, first_keys)
 
@@ -305,23 +307,25 @@ class PartitionRunner:
                 turn_prompt = Prompt(rec_id, prompt.line, history, prompt.tools, prompt.images)
                 rendered = (await off_loop(offload.render, self.tokenizer, [turn_prompt]))[0]
                 if isinstance(rendered, RenderError):
-                    out.end(self._reject(prompt, "template", "template_error", rendered.reason,
-                                         at=at))  # fmt: skip
+                    out.end(
+                        self._reject(prompt, "template", "template_error", rendered.reason, at=at)
+                    )
                     break
                 ids = rendered
                 turn_media = self._images(turn_prompt, ids)
                 if isinstance(turn_media, str):
-                    out.end(self._reject(prompt, "template", "image_mismatch", turn_media, ids,
-                                         at=at))  # fmt: skip
+                    out.end(
+                        self._reject(prompt, "template", "image_mismatch", turn_media, ids, at=at)
+                    )
                     break
                 too_long = self._too_long(len(turn_media.expanded if turn_media else ids))
                 if too_long:
-                    out.end(self._reject(prompt, "input", "prompt_too_long", too_long, ids,
-                                         at=at))  # fmt: skip
+                    out.end(self._reject(prompt, "input", "prompt_too_long", too_long, ids, at=at))
                     break
             sampling = self._sampling(rec_id, temperature)
-            media = self._images(Prompt(rec_id, prompt.line, history, prompt.tools,
-                                        prompt.images), ids)  # fmt: skip
+            media = self._images(
+                Prompt(rec_id, prompt.line, history, prompt.tools, prompt.images), ids
+            )
             assert not isinstance(media, str)  # checked when the turn was rendered
             record = await self._turn(index, prompt, ids, sampling, earlier, out, at, media)
             if record is None:
@@ -333,8 +337,9 @@ class PartitionRunner:
                 record.stop_reason = f"{STOP_TRUNCATED}: the turn reached max_tokens"
                 out.stop = STOP_TRUNCATED
                 break
-            message, calls = served_turn(self.tokenizer, history, prompt.tools, ids,
-                                         record.output_ids, record.finish_reason)  # fmt: skip
+            message, calls = served_turn(
+                self.tokenizer, history, prompt.tools, ids, record.output_ids, record.finish_reason
+            )
             diverged = tool_call_divergence(slot.data, calls)
             if diverged is not None:
                 record.stop_reason = f"{STOP_TOOL_CALL}: {diverged}"
@@ -366,8 +371,11 @@ class PartitionRunner:
         if isinstance(found, Record):
             return dataclasses.replace(found, source_line=prompt.line)
         if isinstance(found, Reject):
-            out.end(dataclasses.replace(found, source_line=prompt.line,
-                                        source_file=self.partition.input))  # fmt: skip
+            out.end(
+                dataclasses.replace(
+                    found, source_line=prompt.line, source_file=self.partition.input
+                )
+            )
             return None
         result = found
         if result is None:
@@ -375,8 +383,7 @@ class PartitionRunner:
             result, error = await self._generate(index, prompt, ids, sampling, suffix, media)
             out.sent += 1
             if result is None:
-                out.end(self._reject(prompt, "server", "server_rejected", error or "", ids,
-                                     at=at))  # fmt: skip
+                out.end(self._reject(prompt, "server", "server_rejected", error or "", ids, at=at))
                 return None
             earlier.add(key, result)
         seen = media.expanded if media else ids  # what the model saw and the server counted
@@ -640,9 +647,8 @@ def summarize_batch(
     summary.rejects_by_reason = dict(Counter(r.reason_code for r in rejects))
     covered = {r.source_line for r in records} | {r.source_line for r in rejects}
     lost = [
-        line for line in range(spec.first_line, spec.first_line + spec.count)
-        if line not in covered
-    ]  # fmt: skip
+        line for line in range(spec.first_line, spec.first_line + spec.count) if line not in covered
+    ]
     if lost or len(covered) != spec.count:
         raise BatchFailed(
             f"{spec.label}: {spec.count} input lines but {len(lost)} without a record or a "

@@ -44,10 +44,16 @@ class TurnImages:
     def columns(self) -> list[dict[str, Any]]:
         """The record's ``images`` column: what identifies each image and what it cost."""
         return [
-            {"ref": _short_ref(ref), "sha256": image.sha256, "width": image.width,
-             "height": image.height, "format": image.format, "tokens": count}
+            {
+                "ref": _short_ref(ref),
+                "sha256": image.sha256,
+                "width": image.width,
+                "height": image.height,
+                "format": image.format,
+                "tokens": count,
+            }
             for ref, image, count in zip(self.refs, self.images, self.counts, strict=True)
-        ]  # fmt: skip
+        ]
 
 
 def _short_ref(ref: str) -> str:

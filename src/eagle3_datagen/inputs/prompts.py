@@ -108,8 +108,9 @@ def _plan_jsonl(partition: str, path: Path, batch_size: int) -> Iterator[BatchSp
                     count += 1
                     if count == batch_size:
                         stop = base + cursor
-                        yield BatchSpec(partition, index, str(path), start, stop,
-                                        line_no - count + 1, count)  # fmt: skip
+                        yield BatchSpec(
+                            partition, index, str(path), start, stop, line_no - count + 1, count
+                        )
                         index, start, count = index + 1, stop, 0
                 tail = data[cursor:]
                 pos += len(chunk)

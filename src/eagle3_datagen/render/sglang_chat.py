@@ -277,8 +277,23 @@ def _dump_tool(tool: Any, index: int | None) -> dict[str, Any]:
 _STANDARD_TYPES = frozenset({"null", "boolean", "object", "array", "number", "string", "integer"})
 _TYPE_ALIASES = {
     **dict.fromkeys(
-        ("str", "text", "varchar", "char", "enum", "uuid", "date", "datetime", "time",
-         "timestamp", "binary", "blob", "bytea", "bytes", "varbinary"),
+        (
+            "str",
+            "text",
+            "varchar",
+            "char",
+            "enum",
+            "uuid",
+            "date",
+            "datetime",
+            "time",
+            "timestamp",
+            "binary",
+            "blob",
+            "bytea",
+            "bytes",
+            "varbinary",
+        ),
         "string",
     ),
     "bool": "boolean",
@@ -286,7 +301,7 @@ _TYPE_ALIASES = {
     **dict.fromkeys(("double", "decimal", "real", "numeric"), "number"),
     **dict.fromkeys(("arr", "tuple", "set"), "array"),
     "map": "object",
-}  # fmt: skip
+}
 _PREFIX_BOUNDARY = frozenset("0123456789[<( \t")
 _PREFIX_RULES = (
     (("int", "uint", "long", "short", "unsigned"), "integer"),
@@ -296,8 +311,18 @@ _PREFIX_RULES = (
 )
 _NESTED_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _NESTED_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_NESTED_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains",
-               "propertyNames", "unevaluatedItems", "unevaluatedProperties")  # fmt: skip
+_NESTED_ONE = (
+    "items",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+)
 
 
 def _normalize_type(raw: Any) -> Any:
@@ -310,8 +335,9 @@ def _normalize_type(raw: Any) -> Any:
         return _TYPE_ALIASES[base]
     for prefixes, target in _PREFIX_RULES:
         for p in prefixes:
-            if base == p or (len(base) > len(p) and base.startswith(p)
-                             and base[len(p)] in _PREFIX_BOUNDARY):  # fmt: skip
+            if base == p or (
+                len(base) > len(p) and base.startswith(p) and base[len(p)] in _PREFIX_BOUNDARY
+            ):
                 return target
     return raw
 

@@ -23,9 +23,14 @@ class ToolIds:
     @property
     def all(self) -> frozenset[int]:
         return frozenset(
-            {self.section_begin, self.section_end, self.call_begin, self.argument_begin,
-             self.call_end}
-        )  # fmt: skip
+            {
+                self.section_begin,
+                self.section_end,
+                self.call_begin,
+                self.argument_begin,
+                self.call_end,
+            }
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +54,13 @@ class TokenIds:
         tools = None
         if spec.tool_calls is not None:
             t = spec.tool_calls
-            tools = ToolIds(tid(t.section_begin), tid(t.section_end), tid(t.call_begin),
-                            tid(t.argument_begin), tid(t.call_end))  # fmt: skip
+            tools = ToolIds(
+                tid(t.section_begin),
+                tid(t.section_end),
+                tid(t.call_begin),
+                tid(t.argument_begin),
+                tid(t.call_end),
+            )
         return cls(
             think_start=tid(spec.think_start),
             think_end=tid(spec.think_end),

@@ -177,8 +177,10 @@ def history_rows(
     only its final attempt unless ``all_attempts``."""
     wanted = set(partitions) if partitions else None
     rows = []
-    for entry in sorted(entries if all_attempts else final_attempts(entries),
-                        key=lambda e: str(e.get("started", ""))):  # fmt: skip
+    for entry in sorted(
+        entries if all_attempts else final_attempts(entries),
+        key=lambda e: str(e.get("started", "")),
+    ):
         for name, p in (entry.get("partitions") or {}).items():
             if wanted is not None and name not in wanted:
                 continue

@@ -240,8 +240,9 @@ def parse_tool_calls(
                 name = None
             if name is None:
                 continue
-            calls.append(ServedCall(f"functions.{name}:{history_calls + len(calls)}", name,
-                                    arguments))  # fmt: skip
+            calls.append(
+                ServedCall(f"functions.{name}:{history_calls + len(calls)}", name, arguments)
+            )
     except AttributeError:  # arguments JSON but not an object: SGLang's detector gives up
         return text, None
     return content, calls or None
@@ -276,8 +277,12 @@ def served_message(
         message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = [
-            {"id": c.id, "index": i, "type": "function",
-             "function": {"name": c.name, "arguments": c.arguments}}
+            {
+                "id": c.id,
+                "index": i,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
             for i, c in enumerate(calls)
-        ]  # fmt: skip
+        ]
     return message, calls

@@ -22,9 +22,18 @@ from eagle3_datagen.write.dataset_dir import DatasetDir, Shard, iter_rows
 from eagle3_datagen.write.manifest import summarize
 from eagle3_datagen.write.shards import BatchSummary
 
-RECORD_COLUMNS = ("id", "partition", "prompt_ids", "output_ids", "finish_reason",
-                  "prompt_tokens", "completion_tokens", "truncated", "think_end_index",
-                  "source_line")  # fmt: skip
+RECORD_COLUMNS = (
+    "id",
+    "partition",
+    "prompt_ids",
+    "output_ids",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "truncated",
+    "think_end_index",
+    "source_line",
+)
 # Absent from shards of older versions (turns and samples, image prompts).
 TURN_COLUMNS = ("conversation_id", "turn", "sample", "model_prompt_ids", "images")
 MAX_EXAMPLES = 20  # invalid records listed per partition; all are counted
@@ -59,17 +68,24 @@ def check_record(
     if row["partition"] != partition:
         v.fail("wrong_partition", f"record of partition {row['partition']!r} in {partition!r}")
     if bool(row["truncated"]) != v.truncated:
-        v.fail("truncated_flag", f"truncated={row['truncated']} with finish_reason "
-               f"{row['finish_reason']!r}")  # fmt: skip
+        v.fail(
+            "truncated_flag",
+            f"truncated={row['truncated']} with finish_reason {row['finish_reason']!r}",
+        )
     if row["think_end_index"] != v.think_end_index:
-        v.fail("think_end_index", f"stored {row['think_end_index']}, "
-               f"the output has it at {v.think_end_index}")  # fmt: skip
+        v.fail(
+            "think_end_index",
+            f"stored {row['think_end_index']}, the output has it at {v.think_end_index}",
+        )
     images = row.get("images") or []
     if seen is not None:
         want = len(row["prompt_ids"]) - len(images) + sum(i["tokens"] for i in images)
         if len(seen) != want:
-            v.fail("image_tokens", f"model_prompt_ids has {len(seen)} ids; the prompt ids with "
-                   f"{len(images)} image(s) expanded make {want}")  # fmt: skip
+            v.fail(
+                "image_tokens",
+                f"model_prompt_ids has {len(seen)} ids; the prompt ids with "
+                f"{len(images)} image(s) expanded make {want}",
+            )
     return v
 
 
@@ -85,9 +101,13 @@ class PartitionAudit:
     problems: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.summary, "invalid": self.invalid,
-                "invalid_by_reason": dict(sorted(self.invalid_by_reason.items())),
-                "invalid_examples": self.examples, "problems": self.problems}  # fmt: skip
+        return {
+            **self.summary,
+            "invalid": self.invalid,
+            "invalid_by_reason": dict(sorted(self.invalid_by_reason.items())),
+            "invalid_examples": self.examples,
+            "problems": self.problems,
+        }
 
 
 @dataclass(slots=True)
@@ -114,10 +134,15 @@ class AuditReport:
         return self.invalid == 0 and not self.all_problems
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dataset": str(self.root), "content_sha256": self.content_sha256,
-                "ok": self.ok, "records": self.records, "invalid": self.invalid,
-                "problems": self.all_problems,
-                "partitions": {p.partition: p.to_dict() for p in self.partitions}}  # fmt: skip
+        return {
+            "dataset": str(self.root),
+            "content_sha256": self.content_sha256,
+            "ok": self.ok,
+            "records": self.records,
+            "invalid": self.invalid,
+            "problems": self.all_problems,
+            "partitions": {p.partition: p.to_dict() for p in self.partitions},
+        }
 
     def lines(self) -> list[str]:
         """The human summary ``eagle3-datagen validate`` prints."""
@@ -142,16 +167,20 @@ class AuditReport:
             out.append("problems:")
             out.extend(f"  - {x}" for x in self.all_problems)
         verdict = "OK" if self.ok else "FAILED"
-        out.append(f"{verdict}: {self.records} records, {self.invalid} invalid, "
-                   f"{len(self.all_problems)} problems")  # fmt: skip
+        out.append(
+            f"{verdict}: {self.records} records, {self.invalid} invalid, "
+            f"{len(self.all_problems)} problems"
+        )
         return out
 
 
 def _pcts(p: dict[str, float]) -> str:
     if not p:
         return "-"
-    return (f"p50 {p['p50']:.0f} p90 {p['p90']:.0f} p99 {p['p99']:.0f} "
-            f"mean {p['mean']:.1f} max {p['max']:.0f}")  # fmt: skip
+    return (
+        f"p50 {p['p50']:.0f} p90 {p['p90']:.0f} p99 {p['p99']:.0f} "
+        f"mean {p['mean']:.1f} max {p['max']:.0f}"
+    )
 
 
 def validate_dataset(
@@ -206,8 +235,14 @@ def _audit_shard(
 ) -> BatchSummary:
     """Validate one shard's records; its stats as a BatchSummary (for ``summarize``)."""
     m = shard.marker
-    b = BatchSummary(shard.partition, shard.index, m.first_line, m.lines,
-                     requests_sent=m.requests_sent, wall_s=m.wall_s)  # fmt: skip
+    b = BatchSummary(
+        shard.partition,
+        shard.index,
+        m.first_line,
+        m.lines,
+        requests_sent=m.requests_sent,
+        wall_s=m.wall_s,
+    )
     lines: set[int] = set()
     turns: Counter[str] = Counter()
     for row_no, row in enumerate(iter_rows(shard.path, _columns(shard.path))):
@@ -221,8 +256,10 @@ def _audit_shard(
             audit.invalid += 1
             audit.invalid_by_reason.update({code for code, _ in v.reasons})
             if len(audit.examples) < MAX_EXAMPLES:
-                audit.examples.append(f"{shard.path}: row {row_no} (id {row['id']!r}, input line "
-                                      f"{row['source_line']}): {v.reason_text}")  # fmt: skip
+                audit.examples.append(
+                    f"{shard.path}: row {row_no} (id {row['id']!r}, input line "
+                    f"{row['source_line']}): {v.reason_text}"
+                )
         b.accepted += 1
         b.truncated += bool(row["truncated"])
         b.prompt_tokens += len(row["prompt_ids"])

@@ -83,11 +83,14 @@ def _check_partition(ds: DatasetDir, name: str, tokenizer: ChatTokenizer) -> lis
         for prompt, ids in zip(prompts, rendered, strict=True):
             got_id, got_ids = seen[prompt.line]
             if got_id != prompt.id:
-                mismatched.append(f"line {prompt.line}: id {got_id!r} in the dataset, "
-                                  f"{prompt.id!r} in the input")  # fmt: skip
+                mismatched.append(
+                    f"line {prompt.line}: id {got_id!r} in the dataset, {prompt.id!r} in the input"
+                )
             elif got_ids is not None and not isinstance(ids, RenderError) and got_ids != ids:
-                mismatched.append(f"line {prompt.line} (id {prompt.id!r}): the record's "
-                                  "prompt_ids are not this line's prompt")  # fmt: skip
+                mismatched.append(
+                    f"line {prompt.line} (id {prompt.id!r}): the record's "
+                    "prompt_ids are not this line's prompt"
+                )
     extra = sorted(line for line in seen if line > now.lines)
     for count, what, examples in (
         (len(missing), "input lines are not in the dataset", [f"line {x}" for x in missing]),

@@ -111,8 +111,11 @@ def validate_output(
                 f"matched stop {finish_matched} is not the last id {last}",
             )
         if last != ids.end_of_turn:
-            v.fail("no_end_of_turn", f"finished on {finish_matched!r}, last id {last}, "
-                   f"not the end-of-turn token {ids.end_of_turn}")  # fmt: skip
+            v.fail(
+                "no_end_of_turn",
+                f"finished on {finish_matched!r}, last id {last}, "
+                f"not the end-of-turn token {ids.end_of_turn}",
+            )
     body = output_ids[:-1] if last == ids.end_of_turn else output_ids
     if ids.end_of_turn in body:
         v.fail(
@@ -233,8 +236,10 @@ def _check_tool_calls(
         return
     positions = _where(output_ids, tool_ids)
     if answer_start is None or positions[0] < answer_start:
-        v.fail("tool_call_in_reasoning", f"tool-call token at position {positions[0]} "
-               "before the reasoning block closed")  # fmt: skip
+        v.fail(
+            "tool_call_in_reasoning",
+            f"tool-call token at position {positions[0]} before the reasoning block closed",
+        )
         return
     # states: 0 outside, 1 in section, 2 in call name, 3 in arguments
     state, calls = 0, 0
@@ -279,8 +284,11 @@ def _check_served_calls(
         return
     start = list(output_ids).index(t.section_begin)
     if not check.tools:
-        v.fail("tool_call_undeclared", f"tool-call section at position {start} in a request "
-               "that declares no tools: SGLang's kimi_k2 parser does not parse it")  # fmt: skip
+        v.fail(
+            "tool_call_undeclared",
+            f"tool-call section at position {start} in a request "
+            "that declares no tools: SGLang's kimi_k2 parser does not parse it",
+        )
         return
     text = check.decode(output_ids[start:])
     if SECTION_BEGIN not in text:
@@ -289,5 +297,8 @@ def _check_served_calls(
     _, served = parse_tool_calls(text[text.find(SECTION_BEGIN) :], check.tools, 0)
     if served is None or len(served) != wrote:
         got = ", ".join(c.name for c in served or []) or "none"
-        v.fail("tool_call_dropped", f"SGLang's kimi_k2 parser returns {len(served or [])} of "
-               f"the {wrote} calls the model wrote (parsed: {got}): {text[:300]!r}")  # fmt: skip
+        v.fail(
+            "tool_call_dropped",
+            f"SGLang's kimi_k2 parser returns {len(served or [])} of "
+            f"the {wrote} calls the model wrote (parsed: {got}): {text[:300]!r}",
+        )

@@ -80,10 +80,22 @@ Row = dict[str, Any]
 
 _COLUMNS: dict[str, tuple[str, ...]] = {
     "specforge": ("id", "partition", "prompt_ids", "output_ids", "truncated"),
-    "speculators": ("id", "partition", "prompt_ids", "output_ids", "finish_reason", "truncated",
-                    "prompt_tokens", "completion_tokens", "source_line", "conversation_id",
-                    "turn", "sample", "sampling"),
-}  # fmt: skip
+    "speculators": (
+        "id",
+        "partition",
+        "prompt_ids",
+        "output_ids",
+        "finish_reason",
+        "truncated",
+        "prompt_tokens",
+        "completion_tokens",
+        "source_line",
+        "conversation_id",
+        "turn",
+        "sample",
+        "sampling",
+    ),
+}
 _LISTED = 1000  # ids listed per kind in the metadata file; counts are always complete
 
 

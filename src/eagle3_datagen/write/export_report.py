@@ -73,8 +73,9 @@ def fit_length(longest: int) -> int:
     return max(64, -(-longest // 64) * 64)
 
 
-def settings(fmt: str, files: dict[str, Path | None], max_length: int, n_train: int, n_val: int
-             ) -> list[str]:  # fmt: skip
+def settings(
+    fmt: str, files: dict[str, Path | None], max_length: int, n_train: int, n_val: int
+) -> list[str]:
     """The exact settings to pass the trainer for these files."""
     train, val = files["train"], files.get("validation")
     if fmt == "specforge":

@@ -93,8 +93,9 @@ def supersede_stale(output: PartitionOutput, batches: list[BatchSpec]) -> list[i
     """
     live: set[int] = set()
     stale: list[int] = []
-    for marker_path in sorted(output.markers_dir.glob("*.json")) if output.markers_dir.is_dir() \
-            else []:  # fmt: skip
+    for marker_path in (
+        sorted(output.markers_dir.glob("*.json")) if output.markers_dir.is_dir() else []
+    ):
         try:
             marker = BatchSummary.from_json(orjson.loads(marker_path.read_bytes()))
         except (OSError, orjson.JSONDecodeError, TypeError):
@@ -119,8 +120,9 @@ def supersede_stale(output: PartitionOutput, batches: list[BatchSpec]) -> list[i
             dest = output.superseded_dir
             dest.mkdir(parents=True, exist_ok=True)
             path.replace(dest / f"{prefix}{path.stem}.{tag}{path.suffix}")
-    for marker_path in sorted(output.markers_dir.glob("*.json")) if output.markers_dir.is_dir() \
-            else []:  # fmt: skip
+    for marker_path in (
+        sorted(output.markers_dir.glob("*.json")) if output.markers_dir.is_dir() else []
+    ):
         try:
             index = int(marker_path.stem)
         except ValueError:
