@@ -95,14 +95,14 @@ async def _session(
     names: list[str],
     check: RunCheck,
     meter: RunMeter,
-    *,
-    run_key: str,
+    flow_run: FlowRun,
     server_url: str | None,
     overwrite: bool,
     logger: LogSink,
 ) -> AsyncIterator[_Session]:
     """Open (launch or attach) the server, fingerprint the run with what it reports, make the
     output directory fit that fingerprint, and mark the manifest as running."""
+    run_key = str(flow_run.id)
     api_key = await api_key_for(config.server)
     async with open_server(
         config, run_key=run_key, logger=logger, server_url=server_url, api_key=api_key
@@ -224,6 +224,18 @@ async def _record_history(
         get_run_logger().warning(f"run history not written: {err}")
 
 
+def _locks(config: PipelineConfig, names: list[str], flow_run: FlowRun) -> PartitionLocks:
+    """One writer per partition, held under this run's id and name (another run's message
+    names who holds it)."""
+    return PartitionLocks(
+        config.output_dir,
+        names,
+        run_id=str(flow_run.id),
+        run_name=flow_run.name,
+        wait_s=config.lock_wait_s,
+    )
+
+
 def _run_name() -> str:
     """What ran: the deployment (or output directory), the partitions, when it was due (UTC).
     A name a person gave the run, or its earlier attempt's (a retry), is kept."""
@@ -265,13 +277,7 @@ async def datagen(
     outcome = RunOutcome(names)
     report = RunReport(flow_run, outcome, meter)
     started = datetime.now(UTC)
-    locks = PartitionLocks(
-        config.output_dir,
-        names,
-        run_id=str(flow_run.id),
-        run_name=flow_run.name,
-        wait_s=config.lock_wait_s,
-    )
+    locks = _locks(config, names, flow_run)
     try:
         # Inputs, tokenizer, special tokens, output before the server: a model load takes
         # minutes. Then one writer per partition: another run holding one refuses this one.
@@ -281,14 +287,7 @@ async def datagen(
         await report.open()
         async with (
             _session(
-                config,
-                names,
-                check,
-                meter,
-                run_key=str(flow_run.id),
-                server_url=server_url,
-                overwrite=overwrite,
-                logger=logger,
+                config, names, check, meter, flow_run, server_url, overwrite, logger
             ) as session,
             report.watching(config.throughput),
         ):
