@@ -29,7 +29,6 @@ which any complete set of byte-level ranks encodes.
 from __future__ import annotations
 
 import base64
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -37,7 +36,15 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_kimi_tokenizer import CHAT_TEMPLATE, CORPUS, SPECIAL_TOKENS, VOCAB_SIZE
+from build_kimi_tokenizer import (
+    CHAT_TEMPLATE,
+    CORPUS,
+    SPECIAL_TOKENS,
+    VOCAB_SIZE,
+    added_tokens_decoder,
+    write_json,
+    write_model_files,
+)
 
 OUT_DIR = (
     Path(__file__).resolve().parents[1] / "src" / "eagle3_datagen" / "assets" / "kimi-k2.5-tiktoken"
@@ -56,22 +63,6 @@ ADDITIONAL_SPECIAL = [
     "<|im_system|>",
     "<|im_middle|>",
 ]
-
-
-# The image processor's settings (docs/images.md), small enough for the stand-in's context.
-PROCESSOR_CONFIG = {
-    "_comment": "Kimi-K2.5's image processor settings, shrunk for the stand-in (the real "
-    "model's media_proc_cfg has larger limits); SGLang reads patch_size, merge_kernel_size, "
-    "in_patch_limit, patch_limit_on_one_side, fixed_output_tokens. See docs/images.md.",
-    "media_proc_cfg": {
-        "patch_size": 14,
-        "merge_kernel_size": 2,
-        "in_patch_limit": 256,
-        "patch_limit_on_one_side": 24,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
-    },
-}
 
 
 def special_token_ids() -> dict[int, str]:
@@ -142,36 +133,15 @@ def build(out_dir: Path = OUT_DIR) -> None:
         "additional_special_tokens": ADDITIONAL_SPECIAL,
         "clean_up_tokenization_spaces": False,
         "model_max_length": 262144,
-        "added_tokens_decoder": {
-            str(i): {
-                "content": t,
-                "special": True,
-                "normalized": False,
-                "lstrip": False,
-                "rstrip": False,
-                "single_word": False,
-            }
-            for i, t in specials.items()
-        },
+        "added_tokens_decoder": added_tokens_decoder(specials),
         "chat_template": CHAT_TEMPLATE,
     }
-    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    model_config = {
-        "architectures": ["KimiK25ForConditionalGeneration"],
-        "model_type": "kimi_k25",
-        "bos_token_id": ids["[BOS]"],
-        "eos_token_id": ids["[EOS]"],
-        "pad_token_id": ids["[PAD]"],
-        "media_placeholder_token_id": ids["<|media_pad|>"],
-        "vocab_size": VOCAB_END,
-        "max_position_embeddings": 262144,
-        "_comment": "Tiny stand-in for Kimi-K2.5's tiktoken tokenizer; no weights. "
-        "See scripts/build_kimi_tiktoken_tokenizer.py.",
-    }
-    (out_dir / "config.json").write_text(json.dumps(model_config, indent=2) + "\n")
-    (out_dir / "preprocessor_config.json").write_text(json.dumps(PROCESSOR_CONFIG, indent=2) + "\n")
-    generation_config = {"eos_token_id": [ids["<|im_end|>"], ids["[EOS]"]]}
-    (out_dir / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
+    write_json(out_dir / "tokenizer_config.json", config)
+    comment = (
+        "Tiny stand-in for Kimi-K2.5's tiktoken tokenizer; no weights. "
+        "See scripts/build_kimi_tiktoken_tokenizer.py."
+    )
+    write_model_files(out_dir, ids, VOCAB_END, comment)
     print(f"wrote {out_dir} ({len(ranks)} ranks, <think>={ids['<think>']})")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -177,6 +178,46 @@ PROCESSOR_CONFIG = {
 }
 
 
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def added_tokens_decoder(specials: dict[int, str]) -> dict[str, dict[str, Any]]:
+    """``tokenizer_config.json``'s entry for each special token, as Kimi-K2.5's lists them."""
+    return {
+        str(i): {
+            "content": t,
+            "special": True,
+            "normalized": False,
+            "lstrip": False,
+            "rstrip": False,
+            "single_word": False,
+        }
+        for i, t in specials.items()
+    }
+
+
+def write_model_files(out_dir: Path, ids: dict[str, int], vocab_size: int, comment: str) -> None:
+    """The model directory's other files, shared by both stand-ins: ``config.json`` (the ids
+    SGLang and the client read from it), the image processor's settings and the stop ids."""
+    model_config = {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "bos_token_id": ids["[BOS]"],
+        "eos_token_id": ids["[EOS]"],
+        "pad_token_id": ids["[PAD]"],
+        "media_placeholder_token_id": ids["<|media_pad|>"],
+        "vocab_size": vocab_size,
+        "max_position_embeddings": 262144,
+        "_comment": comment,
+    }
+    write_json(out_dir / "config.json", model_config)
+    write_json(out_dir / "preprocessor_config.json", PROCESSOR_CONFIG)
+    write_json(
+        out_dir / "generation_config.json", {"eos_token_id": [ids["<|im_end|>"], ids["[EOS]"]]}
+    )
+
+
 def build() -> None:
     tokenizer = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -206,36 +247,14 @@ def build() -> None:
         "add_eos_token": False,
         "clean_up_tokenization_spaces": False,
         "model_max_length": 262144,
-        "added_tokens_decoder": {
-            str(i): {
-                "content": t,
-                "special": True,
-                "normalized": False,
-                "lstrip": False,
-                "rstrip": False,
-                "single_word": False,
-            }
-            for t, i in ids.items()
-        },
+        "added_tokens_decoder": added_tokens_decoder({i: t for t, i in ids.items()}),
         "chat_template": CHAT_TEMPLATE,
     }
-    (OUT_DIR / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    model_config = {
-        "architectures": ["KimiK25ForConditionalGeneration"],
-        "model_type": "kimi_k25",
-        "bos_token_id": ids["[BOS]"],
-        "eos_token_id": ids["[EOS]"],
-        "pad_token_id": ids["[PAD]"],
-        "media_placeholder_token_id": ids["<|media_pad|>"],
-        "vocab_size": tokenizer.get_vocab_size(),
-        "max_position_embeddings": 262144,
-        "_comment": "Tiny stand-in for Kimi-K2.5's tokenizer; no weights. "
-        "See scripts/build_kimi_tokenizer.py.",
-    }
-    (OUT_DIR / "config.json").write_text(json.dumps(model_config, indent=2) + "\n")
-    (OUT_DIR / "preprocessor_config.json").write_text(json.dumps(PROCESSOR_CONFIG, indent=2) + "\n")
-    generation_config = {"eos_token_id": [ids["<|im_end|>"], ids["[EOS]"]]}
-    (OUT_DIR / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
+    write_json(OUT_DIR / "tokenizer_config.json", config)
+    comment = (
+        "Tiny stand-in for Kimi-K2.5's tokenizer; no weights. See scripts/build_kimi_tokenizer.py."
+    )
+    write_model_files(OUT_DIR, ids, tokenizer.get_vocab_size(), comment)
     print(f"wrote {OUT_DIR} (vocab {tokenizer.get_vocab_size()}, <think>={ids['<think>']})")
 
 
