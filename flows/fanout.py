@@ -22,11 +22,12 @@ from eagle3_datagen.errors import FanOutFailed
 from eagle3_datagen.report.dataset_card import refresh_dataset_card
 from eagle3_datagen.report.ui import fanout_failure_message
 from eagle3_datagen.write.manifest import settle_manifest
+from eagle3_datagen_flows.pipeline import fanout_run_name
 
 PARTITION_DEPLOYMENT = "eagle3-datagen/partition-job"
 
 
-@flow(name="eagle3-datagen-fanout", flow_run_name="fanout-{config.output_dir}")
+@flow(name="eagle3-datagen-fanout", flow_run_name=fanout_run_name)
 async def datagen_fanout(
     config: PipelineConfig,
     partitions: list[str] | None = None,

@@ -236,14 +236,20 @@ def _locks(config: PipelineConfig, names: list[str], flow_run: FlowRun) -> Parti
     )
 
 
-def _run_name() -> str:
+def _run_name(prefix: str = "") -> str:
     """What ran: the deployment (or output directory), the partitions, when it was due (UTC).
     A name a person gave the run, or its earlier attempt's (a retry), is kept."""
     if keeps_name(current_run.name):
         return str(current_run.name)
     params = current_run.parameters
     when = current_run.scheduled_start_time or datetime.now(UTC)
-    return run_name(current_deployment.name, params.get("config"), params.get("partitions"), when)
+    name = run_name(current_deployment.name, params.get("config"), params.get("partitions"), when)
+    return prefix + name
+
+
+def fanout_run_name() -> str:
+    """The fan-out parent's name: ``fan-out kimi-k2.5: B1_glaive+B2_code 2026-11-29 02:00Z``."""
+    return _run_name("fan-out ")
 
 
 @flow(

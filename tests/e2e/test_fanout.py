@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -133,6 +134,7 @@ def test_fan_out_runs_each_partition_once_across_two_workers(
     [parent] = srv.post(
         "/flow_runs/filter", {"flows": {"name": {"any_": ["eagle3-datagen-fanout"]}}}
     )
+    assert re.fullmatch(r"fan-out .+: x\+y\+z \d{4}-\d\d-\d\d \d\d:\d\dZ", parent["name"]), parent
     retry = subprocess.run(
         [sys.executable, "-c", RETRY, parent["id"]],
         cwd=REPO,
