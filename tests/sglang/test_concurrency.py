@@ -25,7 +25,7 @@ def _sample(running: int, queued: int = 0, usage: float = 0.5, retracted: int = 
 
 def test_rules_grow_trim_and_back_off_once_per_cut() -> None:
     c = ConcurrencyController(ServerBudget(), LoadReader(["http://x"]), AutoConcurrency(initial=16))
-    assert c.decide(_sample(16, retracted=0), in_flight=16)[0] == 32  # slow start doubles
+    assert c.decide(_sample(16, usage=0.2), in_flight=16)[0] == 32  # slow start doubles
     c.limit = 100
     # Prefill backlog (a short-lived queue) neither grows nor trims.
     assert c.decide(_sample(60, queued=40), in_flight=100)[0] == 100
@@ -38,6 +38,51 @@ def test_rules_grow_trim_and_back_off_once_per_cut() -> None:
     c.limit = 68
     # ... once: while more are still in flight than the cut allows, more retractions wait.
     assert c.decide(_sample(80, retracted=9), in_flight=80)[0] == 68
+
+
+def test_retractions_leave_a_ceiling_growth_stops_below() -> None:
+    """Growing back into retractions cost more than it made (figure (e) reasoning: 66-113
+    retractions, 0.962x the best static): after a back-off the limit grows again only to 90% of
+    what was in flight when they were seen, and that ceiling rises (5%) only after two
+    ceilings' worth of requests finished without a retraction."""
+    budget = ServerBudget()
+    c = ConcurrencyController(budget, LoadReader(["http://x"]), AutoConcurrency(initial=100))
+    c.slow_start = False
+
+    def read(s: LoadSample) -> tuple[int, str]:  # a reading with the limit all in flight
+        c.limit, reason = c.decide(s, in_flight=c.limit)
+        return c.limit, reason
+
+    assert read(_sample(100))[0] == 105  # grows 5%
+    # 6 retracted with 105 in flight, 99 left running: back off to 85% of those, and make
+    # 90% of the 105 a ceiling.
+    assert read(_sample(99, retracted=6))[0] == int(99 * 0.85) == 84
+    assert c.cap == int(105 * 0.9) == 94
+    # KV pool half used, nothing queued: the old rule grew 5% a reading after two of hold.
+    limits = [read(_sample(c.limit, retracted=6)) for _ in range(30)]
+    assert max(limit for limit, _ in limits) == 94
+    assert limits[-1] == (94, "at the retraction ceiling 94")
+
+    async def finish(n: int) -> None:  # requests through the real budget
+        for _ in range(n):
+            async with budget.reserve(0, "p"):
+                pass
+
+    asyncio.run(finish(2 * 94 - 1))
+    assert read(_sample(94, retracted=6))[0] == 94
+    asyncio.run(finish(1))  # two ceilings' worth finished without a retraction: it rises 5%
+    assert read(_sample(94, retracted=6))[0] == c.cap == 99
+    assert read(_sample(99, retracted=6))[0] == 99
+
+
+def test_slow_start_stops_doubling_once_twice_the_kv_in_use_would_not_fit() -> None:
+    """Running requests' KV grows as they decode, long after the limit moved: doubling at 74%
+    used (figure (e) reasoning, 256 -> 512) retracted 110 at once and left 400 in flight."""
+    c = ConcurrencyController(ServerBudget(), LoadReader(["http://x"]), AutoConcurrency())
+    assert c.decide(_sample(64, usage=0.2), in_flight=64)[0] == 128  # doubles
+    c.limit = 128
+    assert c.decide(_sample(128, usage=0.46), in_flight=128) == (135, "grow")  # 5% from here
+    assert not c.slow_start
 
 
 def test_a_full_pool_with_nothing_waiting_still_grows_until_a_request_is_at_hand() -> None:
@@ -173,7 +218,7 @@ def test_without_metrics_retractions_in_responses_make_it_back_off(
     no_counter = LoadSample(16, 0, 0.5, 1000.0, None)
     c._last_retracted = 0  # the reading before the retractions came back
     limit, reason = c.decide(no_counter, in_flight=16)
-    assert limit < 16 and "retracted: back off" in reason
+    assert limit < 16 and "retracted at 16 in flight: back off" in reason
 
 
 def test_the_users_ceiling_is_never_exceeded() -> None:

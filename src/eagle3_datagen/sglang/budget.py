@@ -69,6 +69,9 @@ class ServerBudget:
         # Retractions the server reported in finished responses (meta_info.num_retractions):
         # the auto controller's signal where the server has no usable /metrics.
         self.retractions_reported = 0
+        # Requests that left the server (finished, failed or cancelled): the controller's clock
+        # for how long a retraction ceiling holds (a turnover, whatever the time scale).
+        self.finished = 0
         self._queues: dict[str, deque[tuple[int, int, asyncio.Future[float]]]] = {}
         self._seq = itertools.count()
         # Called on every reservation: a controller starts itself on the running loop.
@@ -193,6 +196,7 @@ class ServerBudget:
 
     def _release(self, share: str, tokens: int, weight: float) -> None:
         self.requests -= 1
+        self.finished += 1
         self.tokens -= tokens
         self.by_share[share] -= 1
         self.weight_by_share[share] -= weight

@@ -9,7 +9,11 @@ the server-wide budget's request limit (the budget shares it fairly across parti
 
 - **retractions** since the last reading (the KV pool ran out): back off to 85% of what the
   server held, and hold for two readings; once per cut: while more are in flight than the last
-  cut allows (running requests only leave as they finish), further retractions cut nothing;
+  cut allows (running requests only leave as they finish), further retractions cut nothing.
+  90% of what was in flight when they were seen becomes a **ceiling** growth stops at,
+  raised by 5% only after two ceilings' worth of requests finished without a retraction
+  (growing back into retractions every few readings cost more than it made: figure (e)
+  reasoning, 66-113 retractions and 0.962x the best static, which had none);
 - **a queue** on the server longer than a few requests (25% of those running, at least 2) for
   three readings in a row: the server runs all its KV allows and the rest only wait; trim the
   limit towards running + that small queue (by at most 10% a reading), so the server always
@@ -22,7 +26,9 @@ the server-wide budget's request limit (the budget shares it fairly across parti
 - otherwise, when the limit is what holds requests back (>= 90% of it in flight) and the KV
   pool is below 92% used, or the server has fewer than 2 requests waiting (a full pool with
   nothing at hand idles a place whenever a request finishes: the next one is still on its way):
-  grow, doubling until the first trim or retraction (slow start), then by 5% per reading.
+  grow, doubling until the first trim or retraction or until the pool is 46% used (slow start:
+  twice the KV would no longer fit, and the running requests' KV still grows as they decode),
+  then by 5% per reading.
 
 The limit counts every request in flight on the server but holds back only the partitions of
 auto tiers (static tiers keep their concurrency), and never goes above the user's
@@ -59,6 +65,8 @@ MIN_QUEUE = 2
 HOLD_READINGS = 2
 QUEUE_READINGS = 3
 TRIM = 0.9  # a trim takes at most 10% off: one reading's running count is noisy
+CEILING = 0.9  # after retractions, never grow past 90% of the running count they began at
+CEILING_TURNOVERS = 2  # ... until this many ceilings' worth of requests finished without one
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,7 @@ class Decision:
     reason: str
     retracted: int = 0  # retractions since the reading before
     source: str = METRICS  # where the reading came from (sglang/load.py)
+    cap: int | None = None  # the retraction ceiling after this reading, if any
 
 
 def change_row(d: Decision, previous: int) -> dict[str, Any]:
@@ -122,6 +131,9 @@ class ConcurrencyController:
         self.queued_readings = 0
         self._last_retracted: int | None = None
         self.retractions = 0
+        # Retraction ceiling: where retractions began, less 10%; rises 5% after quiet turnovers.
+        self.cap: int | None = None
+        self._cap_mark = 0  # budget.finished when the ceiling was set or raised
         self.history: list[Decision] = []
         self.errors = 0
         self._task: asyncio.Task[None] | None = None
@@ -152,9 +164,7 @@ class ConcurrencyController:
         if new_retracted and in_flight > limit:
             reason = f"{new_retracted} retracted while in flight drains to the last cut: wait"
         elif new_retracted:
-            limit = int(min(limit, s.running + s.queued) * BACKOFF)
-            reason = f"{new_retracted} retracted: back off"
-            self.slow_start, self.hold = False, HOLD_READINGS
+            limit, reason = self._retracted(limit, s, in_flight, new_retracted)
         elif self.queued_readings >= QUEUE_READINGS:
             limit = min(limit, max(s.running + allowed_queue, int(limit * TRIM)))
             reason = f"queue {s.queued} > {allowed_queue} for {self.queued_readings} readings: trim"
@@ -164,14 +174,44 @@ class ConcurrencyController:
             reason = "hold after retraction"
         elif long_queue:
             reason = "prefill backlog: wait"
-        elif in_flight >= 0.9 * limit and (s.token_usage < USAGE_HIGH or s.queued < MIN_QUEUE):
+        elif in_flight < 0.9 * limit:
+            reason = "steady"
+        elif s.token_usage < USAGE_HIGH or s.queued < MIN_QUEUE:
+            # Slow start doubles only while twice the KV in use would still fit: the running
+            # requests' KV grows as they decode, so a pool already half used when the limit
+            # doubles fills long after (figure (e) reasoning: 256 -> 512 at 74% used, then 110
+            # retracted at once and 400 in flight for the rest of the run).
+            if self.slow_start and s.token_usage * 2 >= USAGE_HIGH:
+                self.slow_start = False
             step = limit if self.slow_start else max(1, math.ceil(limit * GROWTH))
-            limit += step
-            reason = "slow start" if self.slow_start else "grow"
+            limit, reason = self._up(limit, step, "slow start" if self.slow_start else "grow")
         else:
             reason = "steady"
         limit = max(self.minimum, min(self.maximum, limit))
         return limit, reason
+
+    def _retracted(self, limit: int, s: LoadSample, in_flight: int, count: int) -> tuple[int, str]:
+        """Back off to 85% of what the server held, and make 90% of what was in flight when
+        the retractions were seen a ceiling growth stops at (growing back into them cost more
+        than it made, figure (e) reasoning)."""
+        level = min(limit, in_flight)
+        self.cap = max(self.minimum, min(int(level * CEILING), self.cap or self.maximum))
+        self._cap_mark = self.budget.finished
+        self.slow_start, self.hold = False, HOLD_READINGS
+        limit = min(int(min(limit, s.running + s.queued) * BACKOFF), self.cap)
+        return limit, f"{count} retracted at {level} in flight: back off, ceiling {self.cap}"
+
+    def _up(self, limit: int, step: int, reason: str) -> tuple[int, str]:
+        """``limit + step``, but never past the retraction ceiling; one that held for
+        ``CEILING_TURNOVERS`` turnovers without a retraction rises by 5%."""
+        cap = self.cap
+        if cap is not None and limit >= cap:
+            if self.budget.finished - self._cap_mark < CEILING_TURNOVERS * cap:
+                return limit, f"at the retraction ceiling {cap}"
+            self.cap = cap = cap + max(1, math.ceil(cap * GROWTH))
+            self._cap_mark = self.budget.finished
+            reason = f"no retraction for {CEILING_TURNOVERS} turnovers: ceiling {cap}"
+        return (limit + step if cap is None else min(limit + step, cap)), reason
 
     def apply(self, s: LoadSample | None) -> Decision:
         """Read ``s`` (None: no server reading, the responses alone), move the budget's limit,
@@ -185,7 +225,7 @@ class ConcurrencyController:
             source = LOADS
         limit, reason = self.decide(s, in_flight)
         decision = Decision(
-            time.monotonic(), limit, in_flight, s, reason, self._new_retracted, source
+            time.monotonic(), limit, in_flight, s, reason, self._new_retracted, source, self.cap
         )
         self.history.append(decision)
         if limit != self.limit:
