@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${CONFORMANCE_VENV:-.venv-conformance}
-if ! "$VENV/bin/python" -c "import sglang" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import sglang, vllm" 2>/dev/null; then
   conformance/setup.sh
 fi
 exec "$VENV/bin/python" -m pytest tests/conformance -m conformance -p no:cacheprovider "$@"

@@ -15,6 +15,9 @@ fi
 # sglang's own requirement list pulls CUDA kernels (flashinfer, sgl-kernel, deep-gemm...) that a
 # CPU box cannot load: install it alone, its load-time imports come from requirements.txt.
 "$VENV/bin/pip" install --quiet --no-deps sglang==0.5.23
+# vLLM stands in for the Kimi-K2.5 checkpoint's remote-code image processor
+# (conformance/kimi_hf_processor.py); its own requirement list is a GPU serving stack.
+"$VENV/bin/pip" install --quiet --no-deps vllm==0.33.0
 "$VENV/bin/pip" install --quiet --no-deps -e .
 "$VENV/bin/python" -c "
 from conformance import stubs; stubs.install()

@@ -273,11 +273,21 @@ async def test_all_turns_and_samples_on_an_image_conversation(
             {"role": "assistant", "content": [_text("Blue.")]},
         ],
     }
+    # The image arrives in the second turn: the first is a text request with text columns.
+    late = {
+        "id": "late",
+        "messages": [
+            _user(_text("Hello")),
+            {"role": "assistant", "content": [_text("Hi.")]},
+            _user(_text("Describe"), _img("cat.png")),
+            {"role": "assistant", "content": [_text("A square.")]},
+        ],
+    }
     prompts = tmp_path / f"in.{fmt}"
     if fmt == "jsonl":
-        prompts.write_text(json.dumps(row) + "\n")
+        prompts.write_text(json.dumps(row) + "\n" + json.dumps(late) + "\n")
     else:
-        pq.write_table(pa.Table.from_pylist([row]), prompts)
+        pq.write_table(pa.Table.from_pylist([row, late]), prompts)
     ledger = tmp_path / "ledger.jsonl"
     # Outputs well under max_tokens, so no turn is cut and every conversation goes on.
     emu = emulator_factory("--emu-max-output-tokens", "600", ledger=ledger).wait_ready()
@@ -285,8 +295,14 @@ async def test_all_turns_and_samples_on_an_image_conversation(
     out = await run_batches(config, emu.url)
 
     records = {r["id"]: r for r in pq.read_table(out.shard_paths()).to_pylist()}
-    assert sorted(records) == ["conv#s0#t0", "conv#s0#t1", "conv#s1#t0", "conv#s1#t1"]
+    turns = [f"{c}#s{s}#t{t}" for c in ("conv", "late") for s in (0, 1) for t in (0, 1)]
+    assert sorted(records) == turns
     served = {e["rid"]: e for e in read_ledger(ledger)}
+    for s in (0, 1):
+        text_turn = records.pop(f"late#s{s}#t0")
+        assert text_turn["images"] is None and text_turn["model_prompt_ids"] is None
+        assert _pad_id() not in text_turn["prompt_ids"]
+        assert served[text_turn["rid"]]["prompt_tokens"] == len(text_turn["prompt_ids"])
     count = SGLANG_COUNTS[SIZES[0]]
     for rec in records.values():
         assert rec["prompt_ids"].count(_pad_id()) == 1

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from PIL import Image
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import TOKENIZER_DIR
@@ -20,7 +21,8 @@ from eagle3_datagen.write.shards import PartitionOutput
 from tests.support.pipeline import run_batches
 
 
-def make(tmp_path: Path, texts: list[str], concurrency: int = 4) -> PipelineConfig:
+def make(tmp_path: Path, texts: list[Any], concurrency: int = 4) -> PipelineConfig:
+    """One line per text: a user message whose content is the text (a string or parts)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "in.jsonl"
     path.write_text(
@@ -110,3 +112,42 @@ async def test_a_batch_sends_its_longest_prompts_first(
     in_line_order = [lengths[f"r{i}"] for i in range(len(words))]
     assert client.sent == sorted(in_line_order, reverse=True)
     assert client.sent != in_line_order
+
+
+async def test_image_prompts_take_their_place_by_the_length_the_server_holds(
+    tmp_path: Path, emulator_factory: Any
+) -> None:
+    """An image prompt is as long as its ids with each placeholder expanded (what the server
+    holds in KV): one that sends fewer ids than a text prompt but holds more goes first."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (1000, 700), (9, 90, 200)).save(tmp_path / "big.png", format="PNG")
+    image_line = [{"type": "text", "text": "Describe"}, _img("big.png")]
+    words = " ".join(["word"] * 15)
+    config = make(tmp_path, ["hi", words, image_line], concurrency=1)
+    emu = emulator_factory().wait_ready()
+    tok = ChatTokenizer(str(TOKENIZER_DIR), render=config.model.render)
+    out = PartitionOutput(config.output_dir, "p")
+    async with _SendOrder(emu.url) as client:
+        runner = PartitionRunner(
+            config=config,
+            partition="p",
+            tokenizer=tok,
+            ids=TokenIds.resolve(tok, config.special_tokens),
+            client=client,
+            output=out,
+        )
+        for spec in plan_batches("p", config.partition("p").input, config.batch_size):
+            await runner.run_batch(spec)
+    records = {r["id"]: r for r in pq.read_table(out.shard_paths()).to_pylist()}
+    sent = {i: len(r["prompt_ids"]) for i, r in records.items()}
+    held = {i: r["prompt_tokens"] for i, r in records.items()}  # the server's count
+    # The case this is about: the image line sends the fewest ids of the two long lines but
+    # the server holds the most for it.
+    assert sent["r2"] < sent["r1"] == held["r1"] < held["r2"]
+    assert held["r2"] == len(records["r2"]["model_prompt_ids"])
+    assert client.sent == [sent["r2"], sent["r1"], sent["r0"]]  # longest held first
+    assert client.sent != sorted(sent.values(), reverse=True)  # not by the ids as sent
+
+
+def _img(url: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}}

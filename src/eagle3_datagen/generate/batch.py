@@ -170,9 +170,7 @@ class PartitionRunner:
         )
         return summary
 
-    def _prepare(
-        self, spec: BatchSpec
-    ) -> tuple[list[tuple[Prompt, list[int]]], list[Reject], _Earlier]:
+    def _prepare(self, spec: BatchSpec) -> tuple[list[_Job], list[Reject], _Earlier]:
         """On a worker thread: the batch's lines parsed, first turns rendered, each line a job
         or a reject, and what earlier attempts left (the journal, superseded results)."""
         rejects: list[Reject] = []
@@ -188,25 +186,30 @@ class PartitionRunner:
         # model's earlier ones and are rendered as their conversation gets there).
         firsts = [first_turn(p, self.partition.regenerate) for p in prompts]
         rendered = offload.render(self.tokenizer, firsts) if prompts else []
-        jobs: list[tuple[Prompt, list[int]]] = []
-        for prompt, ids in zip(prompts, rendered, strict=True):
+        jobs: list[_Job] = []
+        for prompt, turn0, ids in zip(prompts, firsts, rendered, strict=True):
             first = self.duplicates.get(prompt.line)
             if first is not None:
                 reason = f"id {prompt.id!r} already used on line {first}"
                 rejects.append(self._reject(prompt, "input", "duplicate_id", reason))
             elif isinstance(ids, RenderError):
                 rejects.append(self._reject(prompt, "template", "template_error", ids.reason))
-            elif isinstance(media := self._images(prompt, ids), str):
+            # The first turn's own images: with all_turns a line's images may come later.
+            elif isinstance(media := self._images(turn0, ids), str):
                 rejects.append(self._reject(prompt, "template", "image_mismatch", media, ids))
             elif too_long := self._too_long(len(media.expanded if media else ids)):
                 rejects.append(self._reject(prompt, "input", "prompt_too_long", too_long, ids))
             else:
-                jobs.append((prompt, ids))
+                jobs.append(_Job(prompt, ids, len(media.expanded if media else ids)))
         samples = self.partition.samples
         # First turns are prefetched from superseded batches in one pass; with none (the usual
         # case) their keys are not worth hashing twice (each turn hashes its own in _turn).
         first_keys = (
-            [prompt_key(self._record_id(p, 0, n), ids) for p, ids in jobs for n in range(samples)]
+            [
+                prompt_key(self._record_id(job.prompt, 0, n), job.ids)
+                for job in jobs
+                for n in range(samples)
+            ]
             if len(self.reuse)
             else []
         )
@@ -228,7 +231,7 @@ class PartitionRunner:
         journal.remove()
 
     async def _run_conversations(
-        self, index: int, jobs: list[tuple[Prompt, list[int]]], earlier: _Earlier
+        self, index: int, jobs: list[_Job], earlier: _Earlier
     ) -> list[_Outcome]:
         """Every conversation of the batch (each line, each sample) at once; the turns of one
         conversation one after another. A line counts as done when all its samples are.
@@ -239,10 +242,11 @@ class PartitionRunner:
         Longest first: the conversations queue for the tier's slots (and the server budget) in
         order of their prompt length, longest first: the one length known before the answer
         (a longer prompt holds more KV and costs more per output token), so the batch ends
-        with its cheapest requests. Outcomes come back in line order.
+        with its cheapest requests. The length is the one the server holds: an image prompt's
+        ids with each placeholder expanded (``_Job.seen``). Outcomes come back in line order.
         """
         samples = self.partition.samples
-        left = {prompt.line: samples for prompt, _ in jobs}
+        left = {job.prompt.line: samples for job in jobs}
 
         async def one(prompt: Prompt, ids: list[int], sample: int) -> _Outcome:
             outcome = await self._conversation(index, prompt, ids, sample, earlier)
@@ -252,12 +256,12 @@ class PartitionRunner:
             return outcome
 
         # sorted() is stable: prompts of one length keep their line order.
-        order = sorted(range(len(jobs)), key=lambda j: -len(jobs[j][1]))
+        order = sorted(range(len(jobs)), key=lambda j: -jobs[j].seen)
         tasks: list[asyncio.Task[_Outcome] | None] = [None] * (len(jobs) * samples)
         try:
             async with asyncio.TaskGroup() as tg:
                 for j in order:
-                    prompt, ids = jobs[j]
+                    prompt, ids = jobs[j].prompt, jobs[j].ids
                     for n in range(samples):
                         tasks[j * samples + n] = tg.create_task(one(prompt, ids, n))
         except BaseExceptionGroup as group:
@@ -454,7 +458,8 @@ class PartitionRunner:
         )
 
     def _images(self, prompt: Prompt, ids: list[int]) -> TurnImages | str | None:
-        """The turn's images (None for a text prompt), or why they do not fit its ids."""
+        """The turn's images (None for a text prompt or a turn without images), or why they do
+        not fit its ids."""
         return turn_images(self.tokenizer, prompt, ids) if prompt.images else None
 
     def raise_if_server_lost(self) -> None:
@@ -551,6 +556,16 @@ class PartitionRunner:
             turn=at.turn if at is not None else None,
             sample=at.sample if at is not None else None,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """A line to run: its first turn's ids as sent, and the length the model sees (the ids
+    with each image placeholder expanded; the ids' own length for a text prompt)."""
+
+    prompt: Prompt
+    ids: list[int]
+    seen: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,9 +76,15 @@ def media_of(tokenizer: ChatTokenizer) -> KimiMedia:
     return _media(tokenizer.path, pad)
 
 
-def turn_images(tokenizer: ChatTokenizer, prompt: Prompt, ids: list[int]) -> TurnImages | str:
-    """The turn's images, or why the prompt and its images do not pair up (a reject reason)."""
+def turn_images(
+    tokenizer: ChatTokenizer, prompt: Prompt, ids: list[int]
+) -> TurnImages | str | None:
+    """The turn's images; None when the turn holds none (an earlier turn of a line whose images
+    come later: a text request, which SGLang takes as it is); or why the prompt and its images
+    do not pair up (a reject reason)."""
     refs = tokenizer.image_order(prompt)
+    if not refs:
+        return None
     try:
         media = media_of(tokenizer)
     except ConfigError as err:
