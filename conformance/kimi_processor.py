@@ -89,7 +89,9 @@ def _draw(size: tuple[int, int], mode: str, shift: int = 0) -> Any:
     if mode == "RGBA":
         image.putalpha(Image.new("L", size, 128))
         return image
-    return image.convert(mode) if mode != "P" else image.convert("P", palette=Image.Palette.ADAPTIVE)
+    if mode == "P":
+        return image.convert("P", palette=Image.Palette.ADAPTIVE)
+    return image.convert(mode)
 
 
 def make_images(directory: Path = CORPUS) -> None:
