@@ -85,6 +85,49 @@ def test_slow_start_stops_doubling_once_twice_the_kv_in_use_would_not_fit() -> N
     assert not c.slow_start
 
 
+def test_on_long_outputs_slow_start_stops_before_the_pool_fills(
+    emulator_factory: Callable[..., EmulatorProcess],
+) -> None:
+    """The reasoning profile (mean 8,000 output tokens) read from a real emulator's /metrics:
+    slow start doubles only at readings with less than 46% of the pool used, and so never
+    reaches 512 in flight (before, it doubled 256 -> 512 at 74% used and retracted 110)."""
+    emu = emulator_factory(
+        "--emu-physics", "reasoning", "--emu-time-scale", "0.0015", "--enable-metrics"
+    ).wait_ready()
+
+    async def go() -> ConcurrencyController:
+        budget = ServerBudget()
+        c = ConcurrencyController(budget, LoadReader([emu.url]), AutoConcurrency(interval_s=0.02))
+        policy = RetryPolicy(max_attempts=1, backoff_initial_s=0.1, backoff_max_s=0.2)
+        async with SGLangClient(emu.url, max_connections=1100) as client:
+            tasks = [
+                asyncio.create_task(
+                    generate_with_retries(
+                        client,
+                        [5, 6, 7, 8] * 250,
+                        {"max_new_tokens": 16384},
+                        rid=f"r-{i}",
+                        policy=policy,
+                        budget=budget,
+                        share="p",
+                    )
+                )
+                for i in range(1000)
+            ]
+            await asyncio.sleep(2.0)  # ~1,300 simulated seconds: the pool fills
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await c.aclose()
+        return c
+
+    c = asyncio.run(go())
+    assert max(d.limit for d in c.history) < 512, c.changes
+    doublings = [d for d in c.history if d.reason == "slow start"]
+    assert doublings and all(d.sample.token_usage < 0.46 for d in doublings), c.changes
+    assert max(d.sample.token_usage for d in c.history) > 0.46  # the pool did fill
+
+
 def test_a_full_pool_with_nothing_waiting_still_grows_until_a_request_is_at_hand() -> None:
     c = ConcurrencyController(ServerBudget(), LoadReader(["http://x"]), AutoConcurrency())
     c.limit, c.slow_start = 40, False
