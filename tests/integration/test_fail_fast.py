@@ -10,6 +10,7 @@ server restarted with another API key.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -106,6 +107,19 @@ def _mount(made: list[Path], *args: str) -> None:
     made.append(Path(args[-1]))
 
 
+def _remount_read_only(mnt: Path) -> None:
+    """``mount -o remount,bind,ro``; the kernel refuses it ("mount point is busy") while a
+    file opened through the new bind mount is open for writing (a shard the run is writing
+    right then), so it is tried again until that file is closed."""
+    deadline = time.monotonic() + 30
+    while True:
+        done = subprocess.run(["mount", "-o", "remount,bind,ro", str(mnt)], capture_output=True)
+        if done.returncode == 0 or time.monotonic() > deadline or b"busy" not in done.stderr:
+            break
+        time.sleep(0.05)
+    assert done.returncode == 0, done.stderr
+
+
 def test_every_server_of_a_pool_lost(tmp_path: Path, emulator_factory: Any) -> None:
     ledgers = [tmp_path / "l1.jsonl", tmp_path / "l2.jsonl"]
     emus: list[EmulatorProcess] = [
@@ -132,15 +146,15 @@ def test_a_full_disk(tmp_path: Path, emulator_factory: Any, mounts: list[Path]) 
     data["output_dir"] = str(disk / "out")
     # Made before the run: on a fast machine the run's own files may fill the 16 MB before the
     # test gets to it, and creating a file on a full tmpfs fails too.
-    with (disk / "filler").open("wb") as fh:
+    # Unbuffered: a write cut short by the full disk leaves nothing to flush at close (a
+    # buffered file raised ENOSPC again there when the run took some of the space first).
+    with (disk / "filler").open("wb", buffering=0) as fh:
         run = _start(data, cfg, tmp_path)
         run.wait_while_running(_generated(ledger), timeout_s=180)
-        st = os.statvfs(disk)
-        try:
-            fh.write(b"\0" * (st.f_bavail * st.f_frsize))
-            fh.flush()
-        except OSError:
-            pass  # full: what the test wants
+        with pytest.raises(OSError) as full:
+            while True:  # until the disk is full, whatever the run writes meanwhile
+                fh.write(b"\0" * (1 << 20))
+        assert full.value.errno == errno.ENOSPC, full.value
     _fails_fast(run, time.monotonic(), "No space left on device")
 
 
@@ -156,8 +170,7 @@ def test_a_read_only_output_directory(
     # What the kernel does to a file system after an I/O error (errors=remount-ro): files
     # open for writing keep working, every new write is refused.
     _mount(mounts, "--bind", str(out), str(out))
-    done = subprocess.run(["mount", "-o", "remount,bind,ro", str(out)], capture_output=True)
-    assert done.returncode == 0, done.stderr
+    _remount_read_only(out)
     _fails_fast(run, time.monotonic(), "Read-only file system")
 
 
