@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -71,3 +72,32 @@ def test_caller_identities_and_missing_processor_are_refused(tmp_path: Path) -> 
     with pytest.raises(GenerateValueError, match=r"no Kimi-K2\.5 image processor"):
         process([1, 9], ["x"], None)
     assert process([1, 9], None, media) == ([1, 9], b"")  # no image_data: ids as they are
+
+
+PROCESSOR = json.loads((FIXTURES / "processor-sglang-0.5.23.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("asset", sorted(PROCESSOR))
+def test_real_image_bytes_expand_as_sglangs_processor_does(tmp_path: Path, asset: str) -> None:
+    """Each recorded ``/generate`` request of ``conformance/kimi_processor.py`` (the corpus
+    images as data URIs: PNG/JPEG/WEBP/GIF, EXIF, palette, alpha, CMYK, sizes at the limits)
+    through the emulator's ``image_data`` path: the ids SGLang's own Kimi-K2.5 processor made,
+    or its error message."""
+    pad = json.loads((ASSETS / asset / "config.json").read_text())["media_placeholder_token_id"]
+    media = _fixture_model(tmp_path, pad)
+    corpus = FIXTURES / "corpus"
+    mime = {".png": "png", ".jpg": "jpeg", ".webp": "webp", ".gif": "gif"}
+    for case in PROCESSOR[asset]:
+        uris = [
+            f"data:image/{mime[Path(ref).suffix]};base64,"
+            + base64.b64encode((corpus / ref).read_bytes()).decode()
+            for ref in case["refs"]
+        ]
+        answer = case["sglang"]
+        if "error" in answer:
+            with pytest.raises(GenerateValueError) as err:
+                process(case["prompt_ids"], uris, media)
+            assert err.value.message == answer["error"], case["line"]["id"]
+        else:
+            ids, _ = process(case["prompt_ids"], uris, media)
+            assert ids == answer["expanded_ids"], case["line"]["id"]
