@@ -28,10 +28,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 def _config(tmp_path: Path) -> tuple[Path, Path]:
     out = tmp_path / "out"
     config = demo_config(out).model_dump(mode="json")
-    # Slow enough that the run is still generating when it is stopped.
+    # Slow enough that the run is still generating when it is stopped (the signal follows the
+    # third answer; all of it takes ~20 s), fast enough that the rerun does not wait minutes.
     config["server"]["extra_args"] += [
         "--emu-decode-ms-per-token",
-        "20",
+        "5",
         "--emu-running-slots",
         "4",
     ]
