@@ -73,6 +73,9 @@ def test_retractions_leave_a_ceiling_growth_stops_below() -> None:
     asyncio.run(finish(1))  # two ceilings' worth finished without a retraction: it rises 5%
     assert read(_sample(94, retracted=6))[0] == c.cap == 99
     assert read(_sample(99, retracted=6))[0] == 99
+    # A lone retraction backs off but leaves the ceiling where it was.
+    assert read(_sample(99, retracted=7)) == (84, "1 retracted at 99 in flight: back off")
+    assert c.cap == 99
 
 
 def test_slow_start_stops_doubling_once_twice_the_kv_in_use_would_not_fit() -> None:

@@ -10,7 +10,8 @@ the server-wide budget's request limit (the budget shares it fairly across parti
 - **retractions** since the last reading (the KV pool ran out): back off to 85% of what the
   server held, and hold for two readings; once per cut: while more are in flight than the last
   cut allows (running requests only leave as they finish), further retractions cut nothing.
-  90% of what was in flight when they were seen becomes a **ceiling** growth stops at,
+  90% of what was in flight when they were seen (two or more at once: a lone one is SGLang's
+  own optimism, seen at any concurrency) becomes a **ceiling** growth stops at,
   raised by 5% only after two ceilings' worth of requests finished without a retraction
   (growing back into retractions every few readings cost more than it made: figure (e)
   reasoning, 66-113 retractions and 0.962x the best static, which had none);
@@ -67,6 +68,10 @@ QUEUE_READINGS = 3
 TRIM = 0.9  # a trim takes at most 10% off: one reading's running count is noisy
 CEILING = 0.9  # after retractions, never grow past 90% of the running count they began at
 CEILING_TURNOVERS = 2  # ... until this many ceilings' worth of requests finished without one
+# A lone retraction is SGLang's own optimism (a KV-bound server retracts now and then at any
+# concurrency: kv-poor's statics 64, 100 and 256 each had 1-5); a ceiling set by one held
+# kv-poor at 33-48 in flight with the pool 60-80% used and nothing queued (0.96x).
+CEILING_MIN_RETRACTED = 2
 
 
 @dataclass(frozen=True)
@@ -195,10 +200,13 @@ class ConcurrencyController:
         the retractions were seen a ceiling growth stops at (growing back into them cost more
         than it made, figure (e) reasoning)."""
         level = min(limit, in_flight)
+        self.slow_start, self.hold = False, HOLD_READINGS
+        limit = int(min(limit, s.running + s.queued) * BACKOFF)
+        if count < CEILING_MIN_RETRACTED:
+            return limit, f"{count} retracted at {level} in flight: back off"
         self.cap = max(self.minimum, min(int(level * CEILING), self.cap or self.maximum))
         self._cap_mark = self.budget.finished
-        self.slow_start, self.hold = False, HOLD_READINGS
-        limit = min(int(min(limit, s.running + s.queued) * BACKOFF), self.cap)
+        limit = min(limit, self.cap)
         return limit, f"{count} retracted at {level} in flight: back off, ceiling {self.cap}"
 
     def _up(self, limit: int, step: int, reason: str) -> tuple[int, str]:
