@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import pyarrow.parquet as pq
 
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.write.manifest import read_manifest, settle_manifest
-from tests.support import REPO, TOKENIZER_DIR
+from tests.support import REPO, TOKENIZER_DIR, wait_until
 from tests.support.dataset import Tok, make_config, make_fingerprint
 
 NAMES = [f"pod{k}" for k in range(6)]
@@ -41,7 +40,8 @@ from tests.support.dataset import Tok
 root, name, spec = Path(sys.argv[1]), sys.argv[2], json.loads(Path(sys.argv[3]).read_text())
 fingerprint, tok = spec["fingerprint"], Tok.__new__(Tok)
 tok.id = spec["token_ids"]
-while time.time() < spec["start_at"]:  # all writers start together
+Path(spec["ready"], name).touch()  # imported; all writers start together on "go"
+while not Path(spec["go"]).exists():
     time.sleep(0.005)
 update_manifest(root, fingerprint, {}, running=True)
 out = PartitionOutput(root, name)
@@ -68,8 +68,10 @@ def test_writers_stay_disjoint_and_the_settled_manifest_is_complete(tmp_path: Pa
         "batches": BATCHES,
         "per_batch": PER_BATCH,
         "lost": LOST,
-        "start_at": time.time() + 8,  # after every interpreter has started, even on a busy CI
+        "ready": str(tmp_path / "ready"),  # a writer's file there: its interpreter has started
+        "go": str(tmp_path / "go"),
     }
+    (tmp_path / "ready").mkdir()
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     root = tmp_path / "dataset"
     writers = {}
@@ -80,6 +82,14 @@ def test_writers_stay_disjoint_and_the_settled_manifest_is_complete(tmp_path: Pa
             stderr=subprocess.PIPE,
             text=True,
         )
+    wait_until(
+        lambda: (
+            len(list((tmp_path / "ready").iterdir())) == len(NAMES)
+            or any(p.poll() is not None for p in writers.values())
+        ),
+        timeout_s=240,
+    )
+    (tmp_path / "go").touch()
     for name, proc in writers.items():
         _, err = proc.communicate(timeout=240)
         assert proc.returncode == (1 if name == LOST else 0), err
