@@ -121,8 +121,15 @@ def child(url: str, inputs_dir: Path, out: Path, policy: str, scale: float) -> d
     # own modules above: a once-per-process cost that a run of hours does not feel, and one
     # this machine inflates (PYTHONDONTWRITEBYTECODE=1: every import compiles from source).
     c_imp = cpu_s()
+    # Likewise what the first flow and task run import (Prefect's engines and the asyncio
+    # backend of anyio) and the shard reader of the run's summary (pyarrow.dataset).
+    import anyio._backends._asyncio  # noqa: F401
     import pandas  # noqa: F401  (pyarrow imports it lazily when the duplicate scan sorts)
-    import pyarrow.compute  # noqa: F401
+    import prefect.flow_engine
+    import prefect.task_engine
+    import prefect.utilities.visualization  # noqa: F401
+    import pyarrow.compute
+    import pyarrow.dataset  # noqa: F401
 
     from eagle3_datagen.generate.plan import load_tokenizer
 
