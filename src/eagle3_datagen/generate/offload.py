@@ -149,6 +149,16 @@ def _journal_queue() -> queue.SimpleQueue[_JournalItem]:
         return _queue
 
 
+def _forget_journal_thread() -> None:
+    """In a forked child: the parent's journal thread did not come along, so the child's first
+    append starts its own (a drain would otherwise wait for a thread that is not there)."""
+    global _queue
+    _queue = None
+
+
+os.register_at_fork(after_in_child=_forget_journal_thread)
+
+
 def _write_journals(items: queue.SimpleQueue[_JournalItem]) -> None:
     """The journal thread: what is queued, in order, each journal's run of results in one write."""
     while True:
