@@ -87,17 +87,12 @@ class _SendOrder(SGLangClient):
         return await super().generate(input_ids, sampling_params, rid, image_data)
 
 
-async def test_a_batch_sends_its_longest_prompts_first(
-    tmp_path: Path, emulator_factory: Any
-) -> None:
-    """Longest first within a batch: with one slot, the requests reach the server in order of
-    prompt length, longest first, not in line order; every line still gets its record."""
-    emu = emulator_factory().wait_ready()
-    words = [3, 40, 10, 80, 10, 1, 25]
-    config = make(tmp_path, [" ".join(["word"] * n) for n in words], concurrency=1)
+async def _run_in_send_order(config: PipelineConfig, url: str) -> tuple[PartitionOutput, list[int]]:
+    """Partition ``p`` run batch by batch against ``url``; its output and the prompt lengths
+    in the order the requests reached the server."""
     tok = ChatTokenizer(str(TOKENIZER_DIR), render=config.model.render)
     out = PartitionOutput(config.output_dir, "p")
-    async with _SendOrder(emu.url) as client:
+    async with _SendOrder(url) as client:
         runner = PartitionRunner(
             config=config,
             partition="p",
@@ -108,10 +103,22 @@ async def test_a_batch_sends_its_longest_prompts_first(
         )
         for spec in plan_batches("p", config.partition("p").input, config.batch_size):
             await runner.run_batch(spec)
+    return out, client.sent
+
+
+async def test_a_batch_sends_its_longest_prompts_first(
+    tmp_path: Path, emulator_factory: Any
+) -> None:
+    """Longest first within a batch: with one slot, the requests reach the server in order of
+    prompt length, longest first, not in line order; every line still gets its record."""
+    emu = emulator_factory().wait_ready()
+    words = [3, 40, 10, 80, 10, 1, 25]
+    config = make(tmp_path, [" ".join(["word"] * n) for n in words], concurrency=1)
+    out, sent = await _run_in_send_order(config, emu.url)
     lengths = {r["id"]: r["prompt_tokens"] for r in pq.read_table(out.shard_paths()).to_pylist()}
     in_line_order = [lengths[f"r{i}"] for i in range(len(words))]
-    assert client.sent == sorted(in_line_order, reverse=True)
-    assert client.sent != in_line_order
+    assert sent == sorted(in_line_order, reverse=True)
+    assert sent != in_line_order
 
 
 async def test_image_prompts_take_their_place_by_the_length_the_server_holds(
@@ -125,19 +132,7 @@ async def test_image_prompts_take_their_place_by_the_length_the_server_holds(
     words = " ".join(["word"] * 15)
     config = make(tmp_path, ["hi", words, image_line], concurrency=1)
     emu = emulator_factory().wait_ready()
-    tok = ChatTokenizer(str(TOKENIZER_DIR), render=config.model.render)
-    out = PartitionOutput(config.output_dir, "p")
-    async with _SendOrder(emu.url) as client:
-        runner = PartitionRunner(
-            config=config,
-            partition="p",
-            tokenizer=tok,
-            ids=TokenIds.resolve(tok, config.special_tokens),
-            client=client,
-            output=out,
-        )
-        for spec in plan_batches("p", config.partition("p").input, config.batch_size):
-            await runner.run_batch(spec)
+    out, order = await _run_in_send_order(config, emu.url)
     records = {r["id"]: r for r in pq.read_table(out.shard_paths()).to_pylist()}
     sent = {i: len(r["prompt_ids"]) for i, r in records.items()}
     held = {i: r["prompt_tokens"] for i, r in records.items()}  # the server's count
@@ -145,8 +140,8 @@ async def test_image_prompts_take_their_place_by_the_length_the_server_holds(
     # the server holds the most for it.
     assert sent["r2"] < sent["r1"] == held["r1"] < held["r2"]
     assert held["r2"] == len(records["r2"]["model_prompt_ids"])
-    assert client.sent == [sent["r2"], sent["r1"], sent["r0"]]  # longest held first
-    assert client.sent != sorted(sent.values(), reverse=True)  # not by the ids as sent
+    assert order == [sent["r2"], sent["r1"], sent["r0"]]  # longest held first
+    assert order != sorted(sent.values(), reverse=True)  # not by the ids as sent
 
 
 def _img(url: str) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 from eagle3_datagen.report.progress import Progress
+from eagle3_datagen.report.throughput import RunMeter
+from eagle3_datagen.report.ui import run_progress_markdown, summary_row
 
 
 def test_a_retried_batch_counts_its_lines_once() -> None:
@@ -63,3 +65,20 @@ def test_progress_line_and_one_rate() -> None:
     line = p.line()
     assert re.fullmatch(r"40/100 \(1 err\) 2\.0 req/s avg_comp=250tok 500 tok/s ETA=0\.5m", line)
     assert p.tok_s() == 500.0 == p.this_run()["output_tok_s"]
+
+
+def test_the_summary_row_and_the_progress_line_show_one_rate() -> None:
+    """319.46 tok/s: rounded directly it is 319, through the manifest's 319.5 it is 320; the
+    progress line, the parent's table and the summary row all show the same whole number."""
+    p = Progress(total_lines=10, started=0.0)
+    p.batch_started(0, 0)
+    for _ in range(10):
+        p.line_done(0, 31946)
+    p.finished = 1000.0
+    shown = int(re.findall(r"(\d+) tok/s", p.line())[0])
+    row = summary_row("p", "completed", p.this_run(), input_lines=10)
+    meter = RunMeter()
+    meter.expect({"p": 10})
+    meter.track("p", p)
+    table_line = run_progress_markdown(meter, {"p": "completed"}).splitlines()[-1]
+    assert shown == row["tok_per_s"] == int(table_line.split("|")[5]) == 320

@@ -74,7 +74,7 @@ def partition_numbers(output_dir: str | Path, name: str, meter: RunMeter) -> dic
         "reject_rate": _rate(rejected, accepted + rejected),
         "truncation_rate": _rate(progress.truncated, accepted),
         "output_tokens": progress.output_tokens,
-        "tok_s": round(progress.tok_s(), 1),
+        "tok_s": progress.tok_s_shown(),
         # Three decimals: a short partition (a resumed night's last batch) must not read 0.0 s.
         "wall_s": round(progress.elapsed(), 3),
         "output_p50": _pct(lengths, 0.5),

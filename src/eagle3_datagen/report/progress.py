@@ -109,6 +109,12 @@ class Progress:
         the parent's table show."""
         return self.output_tokens / self.elapsed()
 
+    def tok_s_shown(self) -> float:
+        """:meth:`tok_s` to one decimal, as the manifest keeps it: every surface shows this
+        number (whole, by rounding it), so the summary's 320 is never a progress line's 319
+        (319.46 rounds to 319 directly but to 320 through the stored 319.5)."""
+        return round(self.tok_s(), 1)
+
     def line(self) -> str:
         """The seed's log line: ``done/total (err) req/s avg_comp tok/s ETA``.
 
@@ -120,7 +126,7 @@ class Progress:
         avg = self.output_tokens / generated if generated else 0.0
         return (
             f"{done}/{self.total_lines or '?'} ({self.errors} err) {self.lines_per_s():.1f} req/s "
-            f"avg_comp={avg:.0f}tok {self.tok_s():.0f} tok/s ETA={self.eta()}"
+            f"avg_comp={avg:.0f}tok {self.tok_s_shown():.0f} tok/s ETA={self.eta()}"
         )
 
     def lines_per_s(self) -> float:
@@ -145,5 +151,5 @@ class Progress:
             "truncation_rate": round(self.truncated / self.accepted, 4) if self.accepted else 0.0,
             "output_tokens": self.output_tokens,
             "wall_s": round(self.elapsed(), 1),
-            "output_tok_s": round(self.tok_s(), 1),
+            "output_tok_s": self.tok_s_shown(),
         }

@@ -139,7 +139,7 @@ def partition_summary(output_dir: str, partition: str, progress: Progress | None
     summary = summarize_on_disk(output_dir, partition)
     if progress is not None:
         summary["wall_s"] = round(progress.elapsed(), 1)
-        summary["output_tok_s"] = round(progress.tok_s(), 1)
+        summary["output_tok_s"] = progress.tok_s_shown()
     return summary
 
 
@@ -283,7 +283,7 @@ def run_progress_markdown(meter: RunMeter, states: dict[str, str]) -> str:
         eta = progress.eta() if state in ("running", "waiting") else "-"  # none once it ended
         rows.append(
             f"| {name} | {state} | {progress.done}/{size or progress.total_lines} | {pct:.0f}% | "
-            f"{progress.tok_s():.0f} | {progress.errors} | {eta} |"
+            f"{progress.tok_s_shown():.0f} | {progress.errors} | {eta} |"
         )
     return "\n".join(rows)
 
