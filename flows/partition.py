@@ -41,19 +41,25 @@ from eagle3_datagen_flows.secrets import api_key_for
 from eagle3_datagen_tasks.batch import generate_batch
 
 PROGRESS_EVERY_S = 10.0
+# How long the last word waits for an update already on its way (a Prefect API that is away
+# can hold one through its client's retries): then it is cancelled.
+REPORTER_STOP_S = 15.0
 
 
 async def _report_progress(
-    partition: str, progress: Progress, artifact_id: UUID, every_s: float
+    partition: str, progress: Progress, artifact_id: UUID, every_s: float, stop: asyncio.Event
 ) -> None:
-    """Log the seed's progress line and update the progress artifact until cancelled.
+    """Log the seed's progress line and update the progress artifact until ``stop`` is set.
 
     An update that fails (the Prefect API away longer than its client retries) is skipped, not
     fatal: the reporter must outlive a Prefect server restart.
     """
     logger = get_run_logger()
     while True:
-        await asyncio.sleep(every_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)
+        if stop.is_set():
+            return
         logger.info(f"{partition}: {progress.line()}")
         try:
             await aupdate_progress_artifact(
@@ -115,18 +121,21 @@ async def _reporting(partition: str, progress: Progress) -> AsyncIterator[None]:
     artifact_id = await acreate_progress_artifact(
         0.0, key=artifact_key("progress", partition), description=f"{partition}: starting"
     )
+    stop = asyncio.Event()
     reporter = asyncio.create_task(
-        _report_progress(partition, progress, artifact_id, PROGRESS_EVERY_S)
+        _report_progress(partition, progress, artifact_id, PROGRESS_EVERY_S, stop)
     )
     try:
         yield
     finally:
-        reporter.cancel()
         # The partition's clock stops here, so its last line and the run's summary (written
         # later) show one tok/s, not two readings of a clock still running.
         progress.finish()
+        # An update on its way finishes before the last one is sent: cancelled mid-request, it
+        # could reach the server after the last one and leave the artifact an earlier reading.
+        stop.set()
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await reporter
+            await asyncio.wait_for(reporter, REPORTER_STOP_S)
         with contextlib.suppress(Exception):
             await aupdate_progress_artifact(
                 artifact_id,

@@ -200,8 +200,10 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
     gap = abs((spans[0][0] - spans[1][0]).total_seconds())
     print(f"subflow spans {spans}, start gap {gap:.1f} s, overlap {overlap:.1f} s")
     # One partition's planning (tokenizer, input scan) used to block the loop the other's
-    # subflow starts on: 8 s apart on this 2-core machine with three runs at once.
-    assert overlap > 0 and gap < 4, spans
+    # subflow starts on: 8 s apart on this 2-core machine with three runs at once. Two subflows
+    # created together on Prefect's SQLite backend can also wait out its "database is locked"
+    # back-off (4.8 s in one full CI run), so the bound sits between the two.
+    assert overlap > 0 and gap < 6, spans
 
     # One progress artifact per partition, at 100% with the progress line as its description.
     line_tok_s = {}
