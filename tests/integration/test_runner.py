@@ -12,10 +12,6 @@ from PIL import Image
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import TOKENIZER_DIR
-from eagle3_datagen.generate.batch import PartitionRunner
-from eagle3_datagen.inputs.prompts import plan_batches
-from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.sglang.client import GenerateResult, SGLangClient
 from eagle3_datagen.write.shards import PartitionOutput
 from tests.support.pipeline import run_batches
@@ -90,20 +86,8 @@ class _SendOrder(SGLangClient):
 async def _run_in_send_order(config: PipelineConfig, url: str) -> tuple[PartitionOutput, list[int]]:
     """Partition ``p`` run batch by batch against ``url``; its output and the prompt lengths
     in the order the requests reached the server."""
-    tok = ChatTokenizer(str(TOKENIZER_DIR), render=config.model.render)
-    out = PartitionOutput(config.output_dir, "p")
-    async with _SendOrder(url) as client:
-        runner = PartitionRunner(
-            config=config,
-            partition="p",
-            tokenizer=tok,
-            ids=TokenIds.resolve(tok, config.special_tokens),
-            client=client,
-            output=out,
-        )
-        for spec in plan_batches("p", config.partition("p").input, config.batch_size):
-            await runner.run_batch(spec)
-    return out, client.sent
+    client = _SendOrder(url)
+    return await run_batches(config, url, client=client), client.sent
 
 
 async def test_a_batch_sends_its_longest_prompts_first(

@@ -66,7 +66,7 @@ def test_retractions_leave_a_ceiling_growth_stops_below() -> None:
     async def finish(n: int) -> None:  # requests through the real budget
         for _ in range(n):
             async with budget.reserve(0, "p"):
-                pass
+                pass  # a place reserved and given back: one request finished
 
     asyncio.run(finish(2 * 94 - 1))
     assert read(_sample(94, retracted=6))[0] == 94

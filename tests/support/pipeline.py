@@ -53,12 +53,15 @@ def write_config(data: dict[str, Any], out: Path) -> Path:
     return path
 
 
-async def run_batches(config: PipelineConfig, url: str, **runner: Any) -> PartitionOutput:
+async def run_batches(
+    config: PipelineConfig, url: str, client: SGLangClient | None = None, **runner: Any
+) -> PartitionOutput:
     """Every batch of partition ``p`` through one PartitionRunner, in order, without Prefect;
-    ``runner`` adds PartitionRunner arguments (e.g. ``run_id``, ``context_length``)."""
+    ``client`` (opened and closed here) replaces a plain one to ``url``; ``runner`` adds
+    PartitionRunner arguments (e.g. ``run_id``, ``context_length``)."""
     tok = ChatTokenizer(str(TOKENIZER_DIR), render=config.model.render)
     out = PartitionOutput(config.output_dir, "p")
-    async with SGLangClient(url) as client:
+    async with client or SGLangClient(url) as client:
         partition_runner = PartitionRunner(
             config=config,
             partition="p",
