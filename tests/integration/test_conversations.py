@@ -136,6 +136,7 @@ def independent_prompt(hf_tokenizer: Any, history: list[dict[str, Any]], tools: 
     return list(ids)
 
 
+@pytest.mark.tokens
 async def test_three_turns_with_a_tool_call_are_rendered_on_the_models_own_history(
     tmp_path: Path, emulator_factory: Any, hf_tokenizer: Any
 ) -> None:
@@ -188,6 +189,7 @@ async def test_three_turns_with_a_tool_call_are_rendered_on_the_models_own_histo
     assert summary["conversations"] == 1 and summary["conversations_stopped"] == 0
 
 
+@pytest.mark.tokens
 async def test_a_diverging_tool_call_stops_the_conversation_with_its_reason(
     tmp_path: Path, emulator_factory: Any
 ) -> None:
@@ -211,6 +213,7 @@ async def test_a_diverging_tool_call_stops_the_conversation_with_its_reason(
     assert summary["stops_by_reason"] == {"tool_call_diverged": 1}
 
 
+@pytest.mark.tokens
 async def test_n_samples_give_n_records_per_prompt_with_their_sampling(
     tmp_path: Path, emulator_factory: Any
 ) -> None:
@@ -239,6 +242,7 @@ async def test_n_samples_give_n_records_per_prompt_with_their_sampling(
         assert len({tuple(r["prompt_ids"]) for r in mine}) == 1
 
 
+@pytest.mark.tokens
 async def test_samples_of_all_turns_and_the_offline_checks(
     tmp_path: Path, emulator_factory: Any
 ) -> None:
@@ -352,6 +356,7 @@ def served_from_output(
     return message
 
 
+@pytest.mark.tokens
 async def test_all_turns_continue_through_three_tool_call_turns_in_sglangs_shapes(
     tmp_path: Path, emulator_factory: Any, hf_tokenizer: Any
 ) -> None:

@@ -18,7 +18,7 @@ from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.write.export import export_dataset
 from eagle3_datagen_flows.cli import main, run_pipeline
 
-pytestmark = pytest.mark.usefixtures("prefect_backend")
+pytestmark = [pytest.mark.usefixtures("prefect_backend"), pytest.mark.tokens]
 
 
 def check_provenance(fp: dict[str, Any], config: Any, tok: ChatTokenizer) -> None:

@@ -35,6 +35,8 @@ from tests.support.dataset import Batch, make_fingerprint, write_dataset
 from tests.support.emulator import read_ledger
 from tests.support.pipeline import run_batches
 
+pytestmark = pytest.mark.tokens
+
 FIXTURES = REPO / "tests" / "fixtures" / "kimi-images"
 SGLANG_COUNTS = {
     (c["width"], c["height"]): c["num_tokens"]

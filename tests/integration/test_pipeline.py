@@ -18,7 +18,7 @@ from eagle3_datagen_flows.cli import run_pipeline
 from tests.support.emulator import read_ledger
 from tests.support.prompts import expected_prompt_ids
 
-pytestmark = pytest.mark.usefixtures("prefect_backend")
+pytestmark = [pytest.mark.usefixtures("prefect_backend"), pytest.mark.tokens]
 
 
 def sha256_int32(ids: list[int]) -> str:

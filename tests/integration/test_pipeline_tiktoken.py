@@ -21,7 +21,7 @@ from eagle3_datagen_flows.cli import run_pipeline
 from tests.support import REPO, free_port
 from tests.support.prompts import expected_prompt_ids
 
-pytestmark = pytest.mark.usefixtures("prefect_backend")
+pytestmark = [pytest.mark.usefixtures("prefect_backend"), pytest.mark.tokens]
 
 CONFIG = REPO / "configs" / "demo-tiktoken.yaml"
 THINK_END, IM_END = 163607, 163586

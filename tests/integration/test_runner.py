@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 from PIL import Image
 
 from eagle3_datagen.config import PipelineConfig
@@ -15,6 +16,8 @@ from eagle3_datagen.demo import TOKENIZER_DIR
 from eagle3_datagen.sglang.client import GenerateResult, SGLangClient
 from eagle3_datagen.write.shards import PartitionOutput
 from tests.support.pipeline import run_batches
+
+pytestmark = pytest.mark.tokens
 
 
 def make(tmp_path: Path, texts: list[Any], concurrency: int = 4) -> PipelineConfig:
