@@ -14,7 +14,7 @@ import httpx
 from benchmarks.emulator_ceiling import make_prompt
 from sglang_emulator.vocab import Vocab
 from tests.support import TOKENIZER_DIR
-from tests.support.emulator import EmulatorFactory
+from tests.support.emulator import KV_POOR_RETRACTING, EmulatorFactory
 from tests.support.exposition import SGLANG, buckets, families, helps
 
 RETRACTION_COUNTERS = (
@@ -52,16 +52,7 @@ def test_the_emulators_metrics_replay_sglangs_recorded_exposition(
     emu_factory: EmulatorFactory,
 ) -> None:
     emu = emu_factory.start(
-        "--emu-physics",
-        "kv-poor",
-        "--emu-time-scale",
-        "0.001",
-        "--emu-max-total-tokens",
-        "20000",
-        "--emu-mean-output-tokens",
-        "3000",
-        "--emu-output-sigma",
-        "0.2",
+        *KV_POOR_RETRACTING,
         "--enable-metrics",
         "--served-model-name",
         "moonshotai/Kimi-K2.5",

@@ -13,7 +13,7 @@ import orjson
 from benchmarks.emulator_ceiling import make_prompt
 from sglang_emulator.vocab import Vocab
 from tests.support import TOKENIZER_DIR
-from tests.support.emulator import EmulatorFactory
+from tests.support.emulator import KV_POOR_RETRACTING, EmulatorFactory
 
 
 async def _send(url: str, bodies: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
@@ -58,16 +58,7 @@ def test_more_running_requests_make_slower_steps_and_more_tokens(
 
 def test_full_kv_pool_retracts_and_reports_it(emu_factory: EmulatorFactory) -> None:
     emu = emu_factory.start(
-        "--emu-physics",
-        "kv-poor",
-        "--emu-time-scale",
-        "0.001",
-        "--emu-max-total-tokens",
-        "20000",
-        "--emu-mean-output-tokens",
-        "3000",
-        "--emu-output-sigma",
-        "0.2",
+        *KV_POOR_RETRACTING,
         "--enable-metrics",
     )
     vocab = Vocab(TOKENIZER_DIR)

@@ -15,7 +15,7 @@ from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.concurrency import ConcurrencyController
 from eagle3_datagen.sglang.load import LOADS, METRICS, RESPONSES, LoadReader, LoadSample
 from eagle3_datagen.sglang.requests import generate_with_retries
-from tests.support.emulator import EmulatorProcess
+from tests.support.emulator import KV_POOR_RETRACTING, SEED_NODE_WITH_METRICS, EmulatorProcess
 from tests.support.front import FrontProcess
 
 
@@ -165,13 +165,7 @@ def test_controller_reads_a_real_server_and_grows_to_its_load(
     emulator_factory: Callable[..., EmulatorProcess],
 ) -> None:
     emu = emulator_factory(
-        "--emu-physics",
-        "seed-node",
-        "--emu-time-scale",
-        "0.01",
-        "--enable-metrics",
-        "--emu-mean-output-tokens",
-        "300",
+        *SEED_NODE_WITH_METRICS,
     ).wait_ready()
 
     async def go() -> ConcurrencyController:
@@ -226,16 +220,7 @@ def test_without_metrics_retractions_in_responses_make_it_back_off(
 ) -> None:
     """A server without /metrics: meta_info.num_retractions of finished requests is the signal."""
     emu = emulator_factory(
-        "--emu-physics",
-        "kv-poor",
-        "--emu-time-scale",
-        "0.001",
-        "--emu-max-total-tokens",
-        "20000",
-        "--emu-mean-output-tokens",
-        "3000",
-        "--emu-output-sigma",
-        "0.2",
+        *KV_POOR_RETRACTING,
     ).wait_ready()
     budget = ServerBudget()
     policy = RetryPolicy(max_attempts=2, backoff_initial_s=0.1, backoff_max_s=0.2)
@@ -357,13 +342,7 @@ def test_without_metrics_the_loads_endpoint_is_read(
 
 def test_sglang_metrics_need_no_warning(emulator_factory: Callable[..., EmulatorProcess]) -> None:
     emu = emulator_factory(
-        "--emu-physics",
-        "seed-node",
-        "--emu-time-scale",
-        "0.01",
-        "--enable-metrics",
-        "--emu-mean-output-tokens",
-        "300",
+        *SEED_NODE_WITH_METRICS,
     ).wait_ready()
     warned: list[str] = []
     c = _run_auto(emu.url, 100, warn=warned.append)

@@ -16,6 +16,31 @@ import orjson
 
 from tests.support import TOKENIZER_DIR, free_port, stop_process, wait_healthy
 
+# Emulator flags shared by tests. A KV-poor server that retracts within seconds: a 20,000-token
+# pool and ~3,000-token answers (sglang_emulator/physics.py's kv-poor profile, time-scaled).
+KV_POOR_RETRACTING = (
+    "--emu-physics",
+    "kv-poor",
+    "--emu-time-scale",
+    "0.001",
+    "--emu-max-total-tokens",
+    "20000",
+    "--emu-mean-output-tokens",
+    "3000",
+    "--emu-output-sigma",
+    "0.2",
+)
+# A seed-node server with its /metrics on, short answers, fast enough for a controller's test.
+SEED_NODE_WITH_METRICS = (
+    "--emu-physics",
+    "seed-node",
+    "--emu-time-scale",
+    "0.01",
+    "--enable-metrics",
+    "--emu-mean-output-tokens",
+    "300",
+)
+
 
 class EmulatorProcess:
     """``python -m sglang_emulator`` on a free port; ``wait_ready()`` before use.
