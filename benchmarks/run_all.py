@@ -106,131 +106,143 @@ def sizes(quick: bool, scale: float) -> dict[str, Any]:
 
 
 def figures(r: dict[str, Any]) -> list[Figure]:
-    """The targets of issue #7, each with its verdict and, for a miss, the reason."""
+    """The README's Performance targets, each with its verdict and, for a miss, the reason."""
     out: list[Figure] = []
-    a = r.get("a")
-    if a:
-        ratio = a["throughput_ratio"]
-        cpu, render, bare = a["pipeline_cpu_ms"], a["render_cpu_ms"], a["bare_cpu_ms"]
-        out.append(
-            Figure(
-                "a",
-                "throughput, pipeline / bare loop",
-                f"{ratio:.2f}x",
-                ">= 0.9x",
-                ratio >= 0.9,
-                ""
-                if ratio >= 0.9
-                else f"the pipeline is bound by its client CPU: "
-                f"{cpu:.2f} ms per record against the bare loop's {bare:.2f}, the "
-                f"difference being the chat-template render ({render:.2f} ms) that the "
-                "bare loop did before its clock started",
-            )
-        )
-        out.append(
-            Figure(
-                "a",
-                "client CPU per record, pipeline",
-                f"{cpu:.2f} ms",
-                "<= 0.5 ms",
-                cpu <= 0.5,
-                ""
-                if cpu <= 0.5
-                else f"rendering the chat template and tokenizing "
-                f"alone costs {render:.2f} ms per prompt (the bare loop does it before "
-                f"its clock starts); everything else {cpu - render:.2f} ms",
-            )
-        )
-    b = r.get("b")
-    if b:
-        pu, su = b["pipeline_utilization"], b["sequential_utilization"]
-        ok = pu >= 0.97 and pu > su
-        why = ""
-        if not ok:
-            why = (
-                f"below the sequential baseline ({su:.1%})"
-                if pu <= su
-                else "the final drain (the last long generations run with slots idle) is a "
-                "large share of a short run"
-            )
-        value = f"{pu:.1%} (sequential {su:.1%})"
-        out.append(
-            Figure(
-                "b",
-                "slot utilization, partitions side by side",
-                value,
-                ">= 97%, > sequential",
-                ok,
-                why,
-            )
-        )
-        peak, cap = b["budget_peak_tokens"], b["budget_cap_tokens"]
-        value = (
-            f"{peak:,} / {cap:,} (util {b['budget_utilization']:.1%}, "
-            f"{b['unbudgeted_utilization']:.1%} uncapped)"
-        )
-        out.append(
-            Figure(
-                "b",
-                "token budget: peak KV tokens reserved / cap",
-                value,
-                "peak <= cap",
-                peak <= cap,
-                "" if peak <= cap else "the budget was exceeded",
-            )
-        )
-    c = r.get("c")
-    if c:
-        ratio = c["peak_ratio"]
-        out.append(
-            Figure(
-                "c",
-                f"peak RSS, {c['big_prompts']:,} / {c['small_prompts']:,} prompts",
-                f"{ratio:.2f}x ({c['big_peak_mb']:.0f} / {c['small_peak_mb']:.0f} MB)",
-                "<= 1.5x",
-                ratio <= 1.5,
-                "" if ratio <= 1.5 else "memory grows with the input",
-            )
-        )
-    d = r.get("d")
-    if d:
-        sp = d["speedup"]
-        out.append(
-            Figure(
-                "d",
-                "prompts tokenized/s, render / naive loop",
-                f"{sp:.2f}x ({d['batched_rate']:,.0f} vs {d['naive_rate']:,.0f}/s)",
-                ">= 2x",
-                sp >= 2.0,
-                ""
-                if sp >= 2
-                else "the chat template (Jinja, per prompt) dominates "
-                "both sides; batching only speeds up the encoding",
-            )
-        )
-    e = r.get("e")
-    if e:
-        for prof in e["profiles"]:
-            ratio, seed = prof["auto_vs_best"], prof["auto_vs_seed"]
-            ok = ratio >= 0.97
-            value = (
-                f"{ratio:.3f}x best static ({prof['best_static']}); "
-                f"{seed:.2f}x the seed's {prof['seed_static']}"
-            )
-            why = (
-                ""
-                if ok
-                else (
-                    f"auto settled at {prof['auto_final_limit']} in flight with "
-                    f"{prof['auto_retracted']} retractions; the best static kept the server fuller"
-                )
-            )
-            out.append(
-                Figure("e", f"auto / best static, {prof['profile']}", value, ">= 0.97x", ok, why)
-            )
-    f = r.get("f")
-    if f:
+    if a := r.get("a"):
+        out += client_figures(a)
+    if b := r.get("b"):
+        out += utilization_figures(b)
+    if c := r.get("c"):
+        out.append(memory_figure(c))
+    if d := r.get("d"):
+        out.append(tokenize_figure(d))
+    if e := r.get("e"):
+        out += adaptive_figures(e)
+    if f := r.get("f"):
         out += makespan_figures(f)
+    return out
+
+
+def client_figures(a: dict[str, Any]) -> list[Figure]:
+    """(a) throughput against the bare loop and client CPU per record."""
+    ratio = a["throughput_ratio"]
+    cpu, render, bare = a["pipeline_cpu_ms"], a["render_cpu_ms"], a["bare_cpu_ms"]
+    return [
+        Figure(
+            "a",
+            "throughput, pipeline / bare loop",
+            f"{ratio:.2f}x",
+            ">= 0.9x",
+            ratio >= 0.9,
+            ""
+            if ratio >= 0.9
+            else f"the pipeline is bound by its client CPU: "
+            f"{cpu:.2f} ms per record against the bare loop's {bare:.2f}, the "
+            f"difference being the chat-template render ({render:.2f} ms) that the "
+            "bare loop did before its clock started",
+        ),
+        Figure(
+            "a",
+            "client CPU per record, pipeline",
+            f"{cpu:.2f} ms",
+            "<= 0.5 ms",
+            cpu <= 0.5,
+            ""
+            if cpu <= 0.5
+            else f"rendering the chat template and tokenizing "
+            f"alone costs {render:.2f} ms per prompt (the bare loop does it before "
+            f"its clock starts); everything else {cpu - render:.2f} ms",
+        ),
+    ]
+
+
+def utilization_figures(b: dict[str, Any]) -> list[Figure]:
+    """(b) slot utilization side by side, and the token budget's peak against its cap."""
+    pu, su = b["pipeline_utilization"], b["sequential_utilization"]
+    ok = pu >= 0.97 and pu > su
+    why = ""
+    if not ok:
+        why = (
+            f"below the sequential baseline ({su:.1%})"
+            if pu <= su
+            else "the final drain (the last long generations run with slots idle) is a "
+            "large share of a short run"
+        )
+    value = f"{pu:.1%} (sequential {su:.1%})"
+    slots = Figure(
+        "b",
+        "slot utilization, partitions side by side",
+        value,
+        ">= 97%, > sequential",
+        ok,
+        why,
+    )
+    peak, cap = b["budget_peak_tokens"], b["budget_cap_tokens"]
+    value = (
+        f"{peak:,} / {cap:,} (util {b['budget_utilization']:.1%}, "
+        f"{b['unbudgeted_utilization']:.1%} uncapped)"
+    )
+    budget = Figure(
+        "b",
+        "token budget: peak KV tokens reserved / cap",
+        value,
+        "peak <= cap",
+        peak <= cap,
+        "" if peak <= cap else "the budget was exceeded",
+    )
+    return [slots, budget]
+
+
+def memory_figure(c: dict[str, Any]) -> Figure:
+    """(c) peak RSS of the big input against the small one."""
+    ratio = c["peak_ratio"]
+    return Figure(
+        "c",
+        f"peak RSS, {c['big_prompts']:,} / {c['small_prompts']:,} prompts",
+        f"{ratio:.2f}x ({c['big_peak_mb']:.0f} / {c['small_peak_mb']:.0f} MB)",
+        "<= 1.5x",
+        ratio <= 1.5,
+        "" if ratio <= 1.5 else "memory grows with the input",
+    )
+
+
+def tokenize_figure(d: dict[str, Any]) -> Figure:
+    """(d) prompts tokenized per second, batched render against the naive loop."""
+    sp = d["speedup"]
+    return Figure(
+        "d",
+        "prompts tokenized/s, render / naive loop",
+        f"{sp:.2f}x ({d['batched_rate']:,.0f} vs {d['naive_rate']:,.0f}/s)",
+        ">= 2x",
+        sp >= 2.0,
+        ""
+        if sp >= 2
+        else "the chat template (Jinja, per prompt) dominates "
+        "both sides; batching only speeds up the encoding",
+    )
+
+
+def adaptive_figures(e: dict[str, Any]) -> list[Figure]:
+    """(e) concurrency auto against the best static value, one row per physics profile."""
+    out: list[Figure] = []
+    for prof in e["profiles"]:
+        ratio, seed = prof["auto_vs_best"], prof["auto_vs_seed"]
+        ok = ratio >= 0.97
+        value = (
+            f"{ratio:.3f}x best static ({prof['best_static']}); "
+            f"{seed:.2f}x the seed's {prof['seed_static']}"
+        )
+        why = (
+            ""
+            if ok
+            else (
+                f"auto settled at {prof['auto_final_limit']} in flight with "
+                f"{prof['auto_retracted']} retractions; the best static kept the server fuller"
+            )
+        )
+        out.append(
+            Figure("e", f"auto / best static, {prof['profile']}", value, ">= 0.97x", ok, why)
+        )
     return out
 
 
@@ -293,92 +305,120 @@ def details(r: dict[str, Any]) -> list[str]:
     """The numbers behind the figures."""
     lines = []
     if a := r.get("a"):
-        rest = a["pipeline_cpu_ms"] - a["render_cpu_ms"]
-        lines += [
-            f"(a) {a['prompts']:,} prompts x {a['repeats']} runs, "
-            f"~{a['output_tokens_per_record']:.0f} output tokens each, 150 in flight, "
-            "zero-latency emulator; medians",
-            f"    bare loop: {a['bare_rate']:,.0f} req/s, "
-            f"{a['bare_cpu_ms']:.2f} ms CPU/record (HTTP + JSON only)",
-            f"    pipeline:  {a['pipeline_rate']:,.0f} rec/s, "
-            f"{a['pipeline_cpu_ms']:.2f} ms CPU/record = render {a['render_cpu_ms']:.2f} "
-            f"+ the rest {rest:.2f}; rejected {a['pipeline_rejected']}",
-            f"    emulator ceiling: ~{a['emulator_ceiling_rate']:,.0f} req/s on one core "
-            f"({a['emulator_cpu_us']:.0f} us CPU per request): "
-            + (
-                "not what limits either side"
-                if a["bare_rate"] < 0.7 * a["emulator_ceiling_rate"]
-                else "close to the bare loop's rate, so it may limit the ratio"
-            ),
-        ]
-        if "prefect_task_overhead_ms" in a:
-            per_record = a["prefect_task_cpu_ms"] / 512
-            lines.append(
-                f"    Prefect: the partition subflow costs {a['prefect_task_overhead_ms']:.0f} ms "
-                f"wall and {a['prefect_task_cpu_ms']:.0f} ms CPU per batch task more than the "
-                f"library path ({a['prefect_batches']} tasks of {a['prefect_batch_size']} "
-                f"prompts; with 512-prompt batches: {per_record:.3f} ms CPU per record)"
-            )
+        lines += client_details(a)
     if b := r.get("b"):
-        lines += [
-            f"(b) {b['prompts']:,} prompts in 3 partitions (tiers SHORT/MEDIUM/LONG), "
-            f"{b['slots']} slots, {b['decode_ms']} ms/token decode, lognormal outputs",
-            f"    side by side: {b['pipeline_utilization']:.1%} in {b['pipeline_wall_s']:.1f} s; "
-            f"one after another: {b['sequential_utilization']:.1%} "
-            f"in {b['sequential_wall_s']:.1f} s",
-            "    from the work done (token counts x latency model, immune to late emulator "
-            f"timers): {b['pipeline_nominal']:.1%} vs {b['sequential_nominal']:.1%}",
-            f"    budget run (SHORT + LONG, max_tokens_in_flight {b['budget_cap_tokens']:,}): "
-            f"peak {b['budget_peak_tokens']:,} tokens, {b['budget_peak_requests']} requests, "
-            f"utilization {b['budget_utilization']:.1%} (from work: {b['budget_nominal']:.1%}); "
-            f"the same partitions uncapped: {b['unbudgeted_utilization']:.1%}, "
-            f"{b['unbudgeted_peak_tokens']:,} tokens reserved at the peak",
-        ]
+        lines += utilization_details(b)
     if c := r.get("c"):
-        lines += [
-            f"(c) {c['big_prompts']:,} prompts: {c['big_file_mb']:.0f} MB of JSONL, "
-            f"{c['big_batches']:,} batches planned and every line parsed for the duplicate-id "
-            f"scan ({c['big_scan_s']:.1f} s); batches generated: {c['batches_run']['big']} "
-            f"({c['records_generated']['big']:,} records) vs {c['batches_run']['small']} "
-            f"({c['records_generated']['small']:,}) for {c['small_prompts']:,} prompts",
-            f"    RSS after imports and tokenizer: {c['baseline_mb']:.0f} MB",
-        ]
+        lines += memory_details(c)
     if d := r.get("d"):
-        lines.append(
-            f"(d) {d['prompts']:,} prompts of ~{d['tokens_per_prompt']:.0f} tokens, same ids on "
-            f"both sides; CPU-time rates {d['batched_cpu_rate']:,.0f} vs "
-            f"{d['naive_cpu_rate']:,.0f}/s ({d['cpu_speedup']:.2f}x)"
-        )
-        if t := d.get("tiktoken"):
-            lines.append(
-                f"    tiktoken tokenizer (Kimi-K2.5's class path, Python): render "
-                f"{t['batched_rate']:,.0f} vs naive {t['naive_rate']:,.0f}/s "
-                f"({t['speedup']:.2f}x; CPU {t['cpu_speedup']:.2f}x), same ids on both sides"
-            )
+        lines += tokenize_details(d)
     if f := r.get("f"):
-        tiers = ", ".join(
-            f"{t['name']} {t['concurrency']}/{t['max_tokens']} "
-            f"({t['prompts']:,} x ~{t['mean_output']} out)"
-            for t in f["tiers"]
-        )
+        lines += makespan_details(f)
+    return lines
+
+
+def client_details(a: dict[str, Any]) -> list[str]:
+    """(a): both loops' rates and CPU, the emulator's ceiling, the Prefect task overhead."""
+    rest = a["pipeline_cpu_ms"] - a["render_cpu_ms"]
+    lines = [
+        f"(a) {a['prompts']:,} prompts x {a['repeats']} runs, "
+        f"~{a['output_tokens_per_record']:.0f} output tokens each, 150 in flight, "
+        "zero-latency emulator; medians",
+        f"    bare loop: {a['bare_rate']:,.0f} req/s, "
+        f"{a['bare_cpu_ms']:.2f} ms CPU/record (HTTP + JSON only)",
+        f"    pipeline:  {a['pipeline_rate']:,.0f} rec/s, "
+        f"{a['pipeline_cpu_ms']:.2f} ms CPU/record = render {a['render_cpu_ms']:.2f} "
+        f"+ the rest {rest:.2f}; rejected {a['pipeline_rejected']}",
+        f"    emulator ceiling: ~{a['emulator_ceiling_rate']:,.0f} req/s on one core "
+        f"({a['emulator_cpu_us']:.0f} us CPU per request): "
+        + (
+            "not what limits either side"
+            if a["bare_rate"] < 0.7 * a["emulator_ceiling_rate"]
+            else "close to the bare loop's rate, so it may limit the ratio"
+        ),
+    ]
+    if "prefect_task_overhead_ms" in a:
+        per_record = a["prefect_task_cpu_ms"] / 512
         lines.append(
-            f"(f) {f['profile']} at time scale {f['time_scale']}, prompt-count scale "
-            f"{f['scale']:g}; tiers (in flight/max_tokens): {tiers}"
+            f"    Prefect: the partition subflow costs {a['prefect_task_overhead_ms']:.0f} ms "
+            f"wall and {a['prefect_task_cpu_ms']:.0f} ms CPU per batch task more than the "
+            f"library path ({a['prefect_batches']} tasks of {a['prefect_batch_size']} "
+            f"prompts; with 512-prompt batches: {per_record:.3f} ms CPU per record)"
         )
-        for run in f["runs"]:
-            lines.append(
-                f"    {run['policy']}: {run['records']:,} records, {run['output_tokens']:,} "
-                f"output + {run['prompt_tokens']:,} prompt tokens; makespan "
-                f"{run['makespan_s']:,.0f} sim s (server busy {run['server_busy_s']:,.0f}), bound "
-                f"{run['bound_s']:,.0f} = decode {run['decode_s']:,.0f} at the peak "
-                f"{run['peak_tok_s']:,.0f} tok/s + prefill {run['prefill_s']:,.0f}; median "
-                f"{run['median_running']:.0f} running, {run['retracted']} retractions, emulator "
-                f"lag {run['emulator_lag_s']:.2f} s (lost {run['emulator_lag_lost_s']:.1f} sim s), "
-                f"client gaps {run['client_gap_s']:.1f} sim s, start-up (smoke request to the "
-                f"first batch request) {run['startup_s']:.1f} s wall; flow "
-                f"{run['flow_wall_s']:.0f} s wall, {run['flow_cpu_s']:.1f} s CPU (imports done "
-                f"before the clock: {run['flow_import_cpu_s']:.1f} s)"
-            )
+    return lines
+
+
+def utilization_details(b: dict[str, Any]) -> list[str]:
+    """(b): the scenario, both schedules' utilization and the budget run."""
+    return [
+        f"(b) {b['prompts']:,} prompts in 3 partitions (tiers SHORT/MEDIUM/LONG), "
+        f"{b['slots']} slots, {b['decode_ms']} ms/token decode, lognormal outputs",
+        f"    side by side: {b['pipeline_utilization']:.1%} in {b['pipeline_wall_s']:.1f} s; "
+        f"one after another: {b['sequential_utilization']:.1%} "
+        f"in {b['sequential_wall_s']:.1f} s",
+        "    from the work done (token counts x latency model, immune to late emulator "
+        f"timers): {b['pipeline_nominal']:.1%} vs {b['sequential_nominal']:.1%}",
+        f"    budget run (SHORT + LONG, max_tokens_in_flight {b['budget_cap_tokens']:,}): "
+        f"peak {b['budget_peak_tokens']:,} tokens, {b['budget_peak_requests']} requests, "
+        f"utilization {b['budget_utilization']:.1%} (from work: {b['budget_nominal']:.1%}); "
+        f"the same partitions uncapped: {b['unbudgeted_utilization']:.1%}, "
+        f"{b['unbudgeted_peak_tokens']:,} tokens reserved at the peak",
+    ]
+
+
+def memory_details(c: dict[str, Any]) -> list[str]:
+    """(c): the big input's size and scan, the batches each input ran, the baseline RSS."""
+    return [
+        f"(c) {c['big_prompts']:,} prompts: {c['big_file_mb']:.0f} MB of JSONL, "
+        f"{c['big_batches']:,} batches planned and every line parsed for the duplicate-id "
+        f"scan ({c['big_scan_s']:.1f} s); batches generated: {c['batches_run']['big']} "
+        f"({c['records_generated']['big']:,} records) vs {c['batches_run']['small']} "
+        f"({c['records_generated']['small']:,}) for {c['small_prompts']:,} prompts",
+        f"    RSS after imports and tokenizer: {c['baseline_mb']:.0f} MB",
+    ]
+
+
+def tokenize_details(d: dict[str, Any]) -> list[str]:
+    """(d): the prompts, the CPU-time rates, and the tiktoken tokenizer's run if there was one."""
+    lines = [
+        f"(d) {d['prompts']:,} prompts of ~{d['tokens_per_prompt']:.0f} tokens, same ids on "
+        f"both sides; CPU-time rates {d['batched_cpu_rate']:,.0f} vs "
+        f"{d['naive_cpu_rate']:,.0f}/s ({d['cpu_speedup']:.2f}x)"
+    ]
+    if t := d.get("tiktoken"):
+        lines.append(
+            f"    tiktoken tokenizer (Kimi-K2.5's class path, Python): render "
+            f"{t['batched_rate']:,.0f} vs naive {t['naive_rate']:,.0f}/s "
+            f"({t['speedup']:.2f}x; CPU {t['cpu_speedup']:.2f}x), same ids on both sides"
+        )
+    return lines
+
+
+def makespan_details(f: dict[str, Any]) -> list[str]:
+    """(f) and (g): the tiers, then each policy's run: tokens, makespan, bound and where it went."""
+    tiers = ", ".join(
+        f"{t['name']} {t['concurrency']}/{t['max_tokens']} "
+        f"({t['prompts']:,} x ~{t['mean_output']} out)"
+        for t in f["tiers"]
+    )
+    lines = [
+        f"(f) {f['profile']} at time scale {f['time_scale']}, prompt-count scale "
+        f"{f['scale']:g}; tiers (in flight/max_tokens): {tiers}"
+    ]
+    for run in f["runs"]:
+        lines.append(
+            f"    {run['policy']}: {run['records']:,} records, {run['output_tokens']:,} "
+            f"output + {run['prompt_tokens']:,} prompt tokens; makespan "
+            f"{run['makespan_s']:,.0f} sim s (server busy {run['server_busy_s']:,.0f}), bound "
+            f"{run['bound_s']:,.0f} = decode {run['decode_s']:,.0f} at the peak "
+            f"{run['peak_tok_s']:,.0f} tok/s + prefill {run['prefill_s']:,.0f}; median "
+            f"{run['median_running']:.0f} running, {run['retracted']} retractions, emulator "
+            f"lag {run['emulator_lag_s']:.2f} s (lost {run['emulator_lag_lost_s']:.1f} sim s), "
+            f"client gaps {run['client_gap_s']:.1f} sim s, start-up (smoke request to the "
+            f"first batch request) {run['startup_s']:.1f} s wall; flow "
+            f"{run['flow_wall_s']:.0f} s wall, {run['flow_cpu_s']:.1f} s CPU (imports done "
+            f"before the clock: {run['flow_import_cpu_s']:.1f} s)"
+        )
     return lines
 
 
