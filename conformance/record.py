@@ -155,132 +155,156 @@ def _get(path: str, auth: str = "key") -> dict[str, Any]:
 
 
 def record_main_app(rec: Recorder) -> None:
+    """The cases served by one app launched with ``MAIN_FLAGS``, in the order they are sent."""
     with RealAppProcess(rec.work, *MAIN_FLAGS) as app:
-        stop: dict[str, Any] = {
-            "max_new_tokens": 4000,
-            "stop_token_ids": [STOP],
-            "ignore_eos": False,
-        }
-        rec.http(
-            app,
-            "generate_stop",
-            "a stop token ends the output and stays in output_ids",
-            _gen("rec-stop", [1, 2, 3], **stop),
-        )
-        rec.http(
-            app,
-            "generate_success",
-            "the pipeline's request shape: every sampling key it sends",
-            _gen(
-                "rec-success",
-                [1, 2, 3, 4],
-                max_new_tokens=64,
-                temperature=0.7,
-                top_p=0.95,
-                top_k=50,
-                min_p=0.0,
-                repetition_penalty=1.0,
-                stop_token_ids=[STOP],
-                ignore_eos=False,
-                skip_special_tokens=False,
-                no_stop_trim=True,
-            ),
-        )
-        rec.http(
-            app,
-            "generate_length",
-            "max_new_tokens reached",
-            _gen("rec-length", [5, 6], max_new_tokens=3),
-        )
-        rec.http(
-            app,
-            "generate_abort",
-            "a request aborted while running: HTTP 200, finish_reason abort",
-            _gen("rec-conformance:hold", [1, 2], max_new_tokens=5),
-            abort_rid="rec-conformance:hold",
-        )
-        rec.http(
-            app,
-            "error_contract_unknown_key",
-            "an unknown sampling key: the strict request contract's plain-string error",
-            _gen("rec-contract", [1], max_new_tokens=1, foo=1),
-        )
-        rec.http(
-            app,
-            "error_contract_wrong_type",
-            "a wrong JSON type in the contract",
-            _gen("rec-type", [1], max_new_tokens="three"),
-        )
-        rec.http(
-            app,
-            "error_prompt_too_long",
-            "an input as long as the context (ValueError)",
-            _gen("rec-too-long", [7] * 4096, max_new_tokens=1),
-        )
-        rec.http(
-            app,
-            "error_total_over_context",
-            "input + max_new_tokens over the context",
-            _gen("rec-total", [7] * 3996, max_new_tokens=101),
-        )
-        rec.http(
-            app,
-            "error_input_over_max_req_input_len",
-            "the scheduler's input-length abort (max_req_input_len), a 400",
-            _gen("rec-max-input", [7] * 4090, max_new_tokens=1),
-        )
-        rec.http(
-            app,
-            "error_verify_repetition_penalty",
-            "SamplingParams.verify: repetition_penalty must be in (0, 2]",
-            _gen("rec-verify", [1], max_new_tokens=1, repetition_penalty=0.0),
-        )
-        rec.http(
-            app,
-            "error_verify_temperature",
-            "SamplingParams.verify: temperature >= 0",
-            _gen("rec-verify-t", [1], max_new_tokens=1, temperature=-1.0),
-        )
-        held = _gen("rec-dup-conformance:hold", [1, 2], max_new_tokens=5)
-        rec.http(app, "error_duplicate_rid", "a rid still in flight", held, background=[held])
-        rec.http(
-            app,
-            "error_malformed_json",
-            "a body that is not JSON",
-            {
-                "method": "POST",
-                "path": "/generate",
-                "headers": _auth(),
-                "body_text": '{"input_ids": [1,',
-            },
-        )
-        rec.http(
-            app,
-            "error_queue_full",
-            "2 running + 1 queued already: 503",
-            _gen("rec-queue-4", [1], max_new_tokens=2),
-            background=[
-                _gen(f"rec-q{i}-conformance:hold", [1], max_new_tokens=2) for i in range(3)
-            ],
-        )
-        rec.http(
-            app,
-            "auth_wrong_key",
-            "a wrong API key",
-            _gen("rec-wrong", [1], auth="wrong", max_new_tokens=1),
-        )
-        rec.http(app, "auth_missing_key", "no API key", _get("/server_info", auth="none"))
-        rec.http(app, "auth_health_exempt", "/health needs no key", _get("/health", auth="none"))
-        rec.http(
-            app,
-            "oov_input_ids_accepted",
-            "input ids outside the vocabulary are not checked",
-            _gen("rec-oov", [10**6, 1], max_new_tokens=2),
-        )
-        rec.http(app, "server_info", "GET /server_info", _get("/server_info"))
-        rec.http(app, "model_info", "GET /model_info", _get("/model_info"))
-        rec.http(app, "v1_models", "GET /v1/models", _get("/v1/models"))
+        _record_generations(rec, app)
+        _record_refused_requests(rec, app)
+        _record_refused_sends(rec, app)
+        _record_auth(rec, app)
+        _record_accepted_and_info(rec, app)
         record_regeneration(rec, app)
+
+
+def _record_generations(rec: Recorder, app: RealAppProcess) -> None:
+    """Generations: a stop token, the pipeline's request shape, max_new_tokens, an abort."""
+    stop: dict[str, Any] = {
+        "max_new_tokens": 4000,
+        "stop_token_ids": [STOP],
+        "ignore_eos": False,
+    }
+    rec.http(
+        app,
+        "generate_stop",
+        "a stop token ends the output and stays in output_ids",
+        _gen("rec-stop", [1, 2, 3], **stop),
+    )
+    rec.http(
+        app,
+        "generate_success",
+        "the pipeline's request shape: every sampling key it sends",
+        _gen(
+            "rec-success",
+            [1, 2, 3, 4],
+            max_new_tokens=64,
+            temperature=0.7,
+            top_p=0.95,
+            top_k=50,
+            min_p=0.0,
+            repetition_penalty=1.0,
+            stop_token_ids=[STOP],
+            ignore_eos=False,
+            skip_special_tokens=False,
+            no_stop_trim=True,
+        ),
+    )
+    rec.http(
+        app,
+        "generate_length",
+        "max_new_tokens reached",
+        _gen("rec-length", [5, 6], max_new_tokens=3),
+    )
+    rec.http(
+        app,
+        "generate_abort",
+        "a request aborted while running: HTTP 200, finish_reason abort",
+        _gen("rec-conformance:hold", [1, 2], max_new_tokens=5),
+        abort_rid="rec-conformance:hold",
+    )
+
+
+def _record_refused_requests(rec: Recorder, app: RealAppProcess) -> None:
+    """Refused for what they ask: the request contract, the context length, sampling checks."""
+    rec.http(
+        app,
+        "error_contract_unknown_key",
+        "an unknown sampling key: the strict request contract's plain-string error",
+        _gen("rec-contract", [1], max_new_tokens=1, foo=1),
+    )
+    rec.http(
+        app,
+        "error_contract_wrong_type",
+        "a wrong JSON type in the contract",
+        _gen("rec-type", [1], max_new_tokens="three"),
+    )
+    rec.http(
+        app,
+        "error_prompt_too_long",
+        "an input as long as the context (ValueError)",
+        _gen("rec-too-long", [7] * 4096, max_new_tokens=1),
+    )
+    rec.http(
+        app,
+        "error_total_over_context",
+        "input + max_new_tokens over the context",
+        _gen("rec-total", [7] * 3996, max_new_tokens=101),
+    )
+    rec.http(
+        app,
+        "error_input_over_max_req_input_len",
+        "the scheduler's input-length abort (max_req_input_len), a 400",
+        _gen("rec-max-input", [7] * 4090, max_new_tokens=1),
+    )
+    rec.http(
+        app,
+        "error_verify_repetition_penalty",
+        "SamplingParams.verify: repetition_penalty must be in (0, 2]",
+        _gen("rec-verify", [1], max_new_tokens=1, repetition_penalty=0.0),
+    )
+    rec.http(
+        app,
+        "error_verify_temperature",
+        "SamplingParams.verify: temperature >= 0",
+        _gen("rec-verify-t", [1], max_new_tokens=1, temperature=-1.0),
+    )
+
+
+def _record_refused_sends(rec: Recorder, app: RealAppProcess) -> None:
+    """Refused for how or when they come: a rid in flight, a body that is not JSON, a full queue."""
+    held = _gen("rec-dup-conformance:hold", [1, 2], max_new_tokens=5)
+    rec.http(app, "error_duplicate_rid", "a rid still in flight", held, background=[held])
+    rec.http(
+        app,
+        "error_malformed_json",
+        "a body that is not JSON",
+        {
+            "method": "POST",
+            "path": "/generate",
+            "headers": _auth(),
+            "body_text": '{"input_ids": [1,',
+        },
+    )
+    rec.http(
+        app,
+        "error_queue_full",
+        "2 running + 1 queued already: 503",
+        _gen("rec-queue-4", [1], max_new_tokens=2),
+        background=[_gen(f"rec-q{i}-conformance:hold", [1], max_new_tokens=2) for i in range(3)],
+    )
+
+
+def _record_auth(rec: Recorder, app: RealAppProcess) -> None:
+    """The API key: wrong, missing, and /health's exemption."""
+    rec.http(
+        app,
+        "auth_wrong_key",
+        "a wrong API key",
+        _gen("rec-wrong", [1], auth="wrong", max_new_tokens=1),
+    )
+    rec.http(app, "auth_missing_key", "no API key", _get("/server_info", auth="none"))
+    rec.http(app, "auth_health_exempt", "/health needs no key", _get("/health", auth="none"))
+
+
+def _record_accepted_and_info(rec: Recorder, app: RealAppProcess) -> None:
+    """Out-of-vocabulary input ids (accepted), then the info endpoints."""
+    rec.http(
+        app,
+        "oov_input_ids_accepted",
+        "input ids outside the vocabulary are not checked",
+        _gen("rec-oov", [10**6, 1], max_new_tokens=2),
+    )
+    rec.http(app, "server_info", "GET /server_info", _get("/server_info"))
+    rec.http(app, "model_info", "GET /model_info", _get("/model_info"))
+    rec.http(app, "v1_models", "GET /v1/models", _get("/v1/models"))
 
 
 # A ``regenerate: all_turns`` + ``samples: 3`` partition, as the pipeline builds its requests
