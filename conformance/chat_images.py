@@ -73,7 +73,10 @@ TOOLS = [
 
 
 def corpus() -> list[dict[str, Any]]:
-    """The requests, each ``{"name", "request"}``."""
+    """The requests, each ``{"name", "request"}``.
+
+    Long because it is a table of cases: one entry per request, read best side by side.
+    """
     ask = {"role": "assistant", "content": "", "tool_calls": _calls("c1", "c2")}
     cases: dict[str, dict[str, Any]] = {
         "one_image": {
