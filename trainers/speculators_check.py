@@ -84,25 +84,33 @@ def trained(item: dict, total_seq_len: int) -> list[list[int]]:
     return ranges([int(c) for c in codes[mask].tolist()])
 
 
-def main(target: str, export: str, work: str, record: str) -> None:
-    export_path, work_dir = Path(export), Path(work)
+def read_export(export_path: Path) -> tuple[int, dict[str, Path], dict[str, list], dict]:
+    """The export's max_length, its files by side, their rows, and the rows by input_ids."""
     meta = json.loads(export_path.with_name(f"{export_path.stem}.export.json").read_text())
     seq_len = meta["options"]["max_length"]
     files = {"train": export_path}
     if meta["files"]["validation"]:
         files["validation"] = export_path.with_name(meta["files"]["validation"])
     rows = {side: [json.loads(x) for x in p.read_text().splitlines()] for side, p in files.items()}
-    by_ids = {}
+    by_ids: dict = {}
     for side, side_rows in rows.items():
         for r in side_rows:
             by_ids.setdefault(tuple(r["input_ids"]), []).append((r["id"], side, r))
+    return seq_len, files, rows, by_ids
 
-    # 1. prepare-data, its own loader.
+
+def check_prepare_data(
+    target: str, files: dict[str, Path], work_dir: Path, seq_len: int, by_ids: dict
+) -> tuple[dict, dict[str, str], int]:
+    """1. prepare-data on each file, read back with its own loader: every row that comes back
+    whole has the export's ids and loss_mask. Returns the prepared datasets, the side each
+    record was loaded from, and how many rows came back clipped."""
     prepared = {}
     for side, path in files.items():
         prepare(target, path, work_dir / f"prep-{side}", seq_len)
         prepared[side] = load_from_disk(str(work_dir / f"prep-{side}"))
-    loaded, clipped = {}, 0
+    loaded: dict[str, str] = {}
+    clipped = 0
     for side, ds in prepared.items():
         for row in ds:
             ids = [int(t) for t in row["input_ids"]]
@@ -118,10 +126,11 @@ def main(target: str, export: str, work: str, record: str) -> None:
             assert rside == side, f"{rid}: prepared from the {side} file, exported to {rside}"
             assert [int(t) for t in row["loss_mask"]] == src["loss_mask"], f"{rid}: loss_mask"
             loaded[rid] = side
-    n_export = sum(len(v) for v in rows.values())
-    print(f"prepare-data: {len(loaded)} of {n_export} rows identical, {clipped} clipped")
-    # prepare-data's own pass-through at a low maximum, to see its clipping counted.
-    every = [r for side_rows in rows.values() for r in side_rows]
+    return prepared, loaded, clipped
+
+
+def clipped_at_low_max(every: list[dict]) -> int:
+    """prepare-data's own pass-through at a low maximum, to see its clipping counted."""
     low = _passthrough_pretokenized(
         {
             "input_ids": [r["input_ids"] for r in every],
@@ -134,8 +143,15 @@ def main(target: str, export: str, work: str, record: str) -> None:
         kept = k < len(low["seq_len"]) and low["input_ids"][k].tolist() == r["input_ids"][:LOW_MAX]
         clipped_low += not kept or int(low["seq_len"][k]) < len(r["input_ids"])
         k += kept
+    return clipped_low
 
-    # 2. One directory for `speculators train`, split by its own ArrowDataset.
+
+def split_and_shift(
+    target: str, files: dict[str, Path], work_dir: Path, seq_len: int, by_ids: dict
+) -> tuple[float, dict[str, str], dict[str, list[list[int]]]]:
+    """2. and 3. One directory for `speculators train`, split by its own ArrowDataset; each row's
+    trained predictions after the shift. Returns the train ratio, each record's split and its
+    trained prediction ranges."""
     data_dir = work_dir / "prep"
     if "validation" in files:
         ratio = join(str(work_dir / "prep-train"), str(work_dir / "prep-validation"), str(data_dir))
@@ -146,7 +162,8 @@ def main(target: str, export: str, work: str, record: str) -> None:
         [sys.executable, str(HERE / "hidden_states.py"), "speculators", target, str(data_dir)],
         check=True,
     )
-    split_of, shifted = {}, {}
+    split_of: dict[str, str] = {}
+    shifted: dict[str, list[list[int]]] = {}
     for side, name in (("train", "train"), ("validation", "val")):
         ds = ArrowDataset(
             max_len=seq_len,
@@ -166,6 +183,17 @@ def main(target: str, export: str, work: str, record: str) -> None:
                 continue  # a clipped row: counted above
             split_of[match[0]] = side
             shifted[match[0]] = trained(item, seq_len)
+    return ratio, split_of, shifted
+
+
+def main(target: str, export: str, work: str, record: str) -> None:
+    export_path, work_dir = Path(export), Path(work)
+    seq_len, files, rows, by_ids = read_export(export_path)
+    prepared, loaded, clipped = check_prepare_data(target, files, work_dir, seq_len, by_ids)
+    n_export = sum(len(v) for v in rows.values())
+    print(f"prepare-data: {len(loaded)} of {n_export} rows identical, {clipped} clipped")
+    clipped_low = clipped_at_low_max([r for side_rows in rows.values() for r in side_rows])
+    ratio, split_of, shifted = split_and_shift(target, files, work_dir, seq_len, by_ids)
     out = {
         "trainer": "speculators",
         "version": "0.9.0",
