@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, stop_process
+from tests.support import REPO, stop_processes
 from tests.support.prefect import PrefectServer, running_prefect_server
 
 
@@ -64,14 +64,17 @@ def stop_the_tests_own_workers(request: pytest.FixtureRequest) -> Iterator[None]
         return
     srv: PrefectServer = request.getfixturevalue("prefect_server")
     before = len(srv.procs)  # the session's own (README workers) were started before this
+    deployments = srv.deployments()
     yield
     if len(srv.procs) == before:
         return
-    for proc in reversed(srv.procs[before:]):
-        stop_process(proc, 20)
+    stop_processes(srv.procs[before:], 20)  # all at once: each idle worker exits in ~1 s
     del srv.procs[before:]
     # Such tests deploy partition-job onto their own pool; the README's deployments come back
-    # as its commands make them, for the tests after (test_readme_ready: every one Ready).
+    # as they were, for the tests after (test_readme_ready: every one Ready): through the REST
+    # API where it can, else as the README's commands make them.
+    if srv.restore_deployments(deployments):
+        return
     for line in readme_deploy_commands():
         if line.startswith("prefect --no-prompt"):
             srv.cli(*shlex.split(line)[1:], check=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +43,23 @@ def wait_until(
 
 def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> int:
     """SIGTERM a child we started, SIGKILL it after ``grace_s``; returns its exit status."""
-    if proc.poll() is None:
-        proc.terminate()
+    return stop_processes([proc], grace_s)[0]
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[Any]], grace_s: float = 10.0) -> list[int]:
+    """SIGTERM every child at once, SIGKILL those still running ``grace_s`` later; their exit
+    statuses. Stopping several costs the slowest one's time, not the sum of them."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
         try:
-            proc.wait(grace_s)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    return int(proc.returncode)
+    return [int(proc.returncode) for proc in procs]
 
 
 def wait_healthy(
