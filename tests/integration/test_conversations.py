@@ -403,6 +403,8 @@ def _sent_since(ledger: Path, base: int, n: int) -> bool:
 def test_a_kill_in_the_middle_of_a_multi_turn_partition_resumes_exactly(
     tmp_path: Path, emulator_factory: Any
 ) -> None:
+    """A run of multi-turn conversations SIGKILLed mid-run, rerun, and compared with an
+    uninterrupted run. One scenario read top to bottom (kill, rerun, compare), hence its length."""
     ledger = tmp_path / "ledger.jsonl"
     slow = [
         "--emu-running-slots",

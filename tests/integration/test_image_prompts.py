@@ -96,6 +96,8 @@ def _img(url: str) -> dict[str, Any]:
 async def test_image_lines_become_records_with_the_ids_the_model_saw(
     tmp_path: Path, emulator_factory: Any
 ) -> None:
+    """Image lines of every kind run through the pipeline; each record's ids, image columns,
+    export and data picture are checked. One scenario read top to bottom, hence its length."""
     (tmp_path / "img").mkdir()
     a = _image(tmp_path / "img" / "a.png", SIZES[0])
     b = _image(tmp_path / "img" / "b b.jpg", SIZES[1], "JPEG")
