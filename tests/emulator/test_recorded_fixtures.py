@@ -34,6 +34,11 @@ HOLD = "conformance:hold"
 # The real app's fake holds these rids until aborted; the emulator holds them by decoding slowly.
 SLOW = ["--emu-decode-ms-per-token", "3000"]
 ABORT = ["--emu-fault-abort-rate", "1"]
+# The regenerated conversations' turns (generate_all_turns_*, generate_sample_*) script a tool
+# call the real app answered within 51 tokens ('stop'); the emulator draws its reasoning length
+# before the call, so it is kept short enough that the call fits the request's 256 new tokens
+# (otherwise a long draw answers 'length' where the real app said 'stop').
+SHORT_REASONING = ["--emu-mean-output-tokens", "48", "--emu-output-sigma", "0"]
 # Harness flags of the recording and the emulator's flags for the same start-up phases.
 STARTUP = {
     "--fake-load-s": "--emu-startup-refuse-s",
@@ -188,6 +193,8 @@ def replay_flags(name: str, fixture: dict[str, Any]) -> tuple[str, ...]:
         flags += ABORT
     elif "background" in fixture:
         flags += SLOW
+    elif name.startswith(("generate_all_turns_", "generate_sample_")):
+        flags += SHORT_REASONING
     return tuple(flags)
 
 
