@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,14 @@ from tests.support.emulator import EmulatorProcess
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+# A run started in the background by a non-interactive shell (`.ci/run > log &`) inherits SIGINT
+# ignored, and every process the tests start would inherit that too. A Prefect worker answers
+# SIGTERM with a SIGINT to itself; ignored, each worker stop sat out its 20 s grace and ended in
+# a SIGKILL (CI: 20-50 s of teardown per test that starts workers). SIGINT's default back here
+# (a handler, which exec resets to the default in children), as under a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
