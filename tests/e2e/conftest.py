@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -44,13 +45,20 @@ def deployed(prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFac
     """The work pools, the repo's deployments and the workers, as the README says; returns the
     gpu-process worker's log."""
     srv = prefect_server
-    for line in readme_deploy_commands():  # exactly as README gives them
-        srv.cli(*shlex.split(line)[1:])
+    commands = readme_deploy_commands()  # each run exactly as README gives it
+    pools = [c for c in commands if c.startswith("prefect work-pool create")]
+    # The pools at once (each command is a Python process, ~8 s of imports), then the workers,
+    # which start while the deployments are made (their pools exist by then).
+    with ThreadPoolExecutor(len(pools)) as ex:
+        list(ex.map(lambda line: srv.cli(*shlex.split(line)[1:]), pools))
     logs = tmp_path_factory.mktemp("worker")
     for line in readme_deploy_commands(("prefect worker start",)):
         args = shlex.split(line)[1:]
         pool = args[args.index("--pool") + 1]
         srv.start(*args, "--name", f"e2e-{pool}", log=logs / f"{pool}.log")
+    for line in commands:
+        if line not in pools:
+            srv.cli(*shlex.split(line)[1:])
     return logs / "gpu-process.log"
 
 
