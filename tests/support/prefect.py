@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -226,6 +227,8 @@ def running_prefect_server(database_url: str | None = None) -> Iterator[PrefectS
         stop_processes(srv.procs, 20)  # all at once: each idle worker exits in ~1 s
     finally:
         srv.stop_server()
+    # Its database and logs go on a clean exit (an error raised in the block keeps them).
+    shutil.rmtree(home, ignore_errors=True)
 
 
 class Hook:
