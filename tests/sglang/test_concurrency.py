@@ -284,18 +284,7 @@ def test_a_routers_metrics_are_detected_and_the_responses_steer(
 ) -> None:
     """Behind a front whose /metrics is a router's and whose /v1/loads is 404, the controller
     says so once at the start and steers on the responses: it still grows (no freeze)."""
-    emus = [
-        emulator_factory(
-            "--emu-physics",
-            "seed-node",
-            "--emu-time-scale",
-            "0.01",
-            "--enable-metrics",
-            "--emu-mean-output-tokens",
-            "300",
-        )
-        for _ in range(2)
-    ]
+    emus = [emulator_factory(*SEED_NODE_WITH_METRICS) for _ in range(2)]
     for emu in emus:
         emu.wait_ready()
     warned: list[str] = []

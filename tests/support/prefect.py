@@ -28,10 +28,21 @@ FINAL_STATES = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 _DEPLOYMENT_VOLATILE = {"updated", "updated_by", "status", "last_polled", "work_queue_id"}
 # The fields of a deployment that PATCH /deployments/{id} sets (Prefect's DeploymentUpdate).
 _DEPLOYMENT_PATCHABLE = {
-    "version", "description", "paused", "concurrency_limit", "parameters", "tags", "path",
-    "parameter_openapi_schema", "work_queue_name", "work_pool_name", "job_variables",
-    "pull_steps", "entrypoint", "enforce_parameter_schema",
-}  # fmt: skip
+    "version",
+    "description",
+    "paused",
+    "concurrency_limit",
+    "parameters",
+    "tags",
+    "path",
+    "parameter_openapi_schema",
+    "work_queue_name",
+    "work_pool_name",
+    "job_variables",
+    "pull_steps",
+    "entrypoint",
+    "enforce_parameter_schema",
+}
 
 
 @dataclass
