@@ -100,7 +100,11 @@ def test_on_long_outputs_slow_start_stops_before_the_pool_fills(
 
     async def go() -> ConcurrencyController:
         budget = ServerBudget()
-        c = ConcurrencyController(budget, LoadReader([emu.url]), AutoConcurrency(interval_s=0.02))
+        # A reading every 0.2 s (~130 simulated s): at 0.02 s a doubling could come before the
+        # last one's requests showed in the pool, and 256 -> 512 passed at a reading under 46%
+        # in 2 of 6 runs. At 0.2 s: 13 of 13 runs pass, and 4 of 4 fail without the rule.
+        ac = AutoConcurrency(interval_s=0.2)
+        c = ConcurrencyController(budget, LoadReader([emu.url]), ac)
         policy = RetryPolicy(max_attempts=1, backoff_initial_s=0.1, backoff_max_s=0.2)
         async with SGLangClient(emu.url, max_connections=1100) as client:
             tasks = [
