@@ -7,4 +7,7 @@ VENV=${CONFORMANCE_VENV:-.venv-conformance}
 if ! "$VENV/bin/python" -c "import sglang, vllm" 2>/dev/null; then
   conformance/setup.sh
 fi
-exec "$VENV/bin/python" -m pytest tests/conformance -m conformance -p no:cacheprovider "$@"
+# One process (-o addopts: not pyproject's `-n 2`; this environment has no pytest-xdist, and the
+# cases start SGLang's app one at a time).
+exec "$VENV/bin/python" -m pytest tests/conformance -m conformance -p no:cacheprovider \
+  -o addopts=--durations=30 "$@"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -59,3 +60,24 @@ def prefect_backend() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=300):  # a loaded 2-core machine: ~140 s
         yield
+
+
+if importlib.util.find_spec("xdist") is not None:  # conformance/run.sh's environment has none
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's own, which picks its --dist mode
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        """Under ``pytest -n`` (pytest-xdist): every test module goes to one worker whole (its
+        module fixtures set up once), and all of ``tests/e2e`` to one worker, in order: they
+        share the session's real ``prefect server`` and its deployments (started once), and
+        their timing assertions see the load of one other test at most. (``--dist loadgroup``
+        with ``xdist_group`` marks would say the same, but pytest-xdist 3.8 sets a node id
+        attribute pytest 9 no longer reads, so its groups are silently ignored.)"""
+        from xdist.scheduler import LoadScopeScheduling
+
+        class ModulesAndE2E(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                if nodeid.startswith("tests/e2e/"):
+                    return "tests/e2e"
+                return nodeid.split("::", 1)[0]
+
+        return ModulesAndE2E(config, log)

@@ -41,18 +41,10 @@ def write_partition(path: Path, prefix: str, n: int) -> list[str]:
     return ids
 
 
-def job_runs(srv: PrefectServer) -> list[dict[str, Any]]:
-    deps = srv.post("/deployments/filter", {"deployments": {"name": {"any_": ["partition-job"]}}})
-    return list(
-        srv.post("/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [deps[0]["id"]]}}})
-    )
-
-
-def test_fan_out_runs_each_partition_once_across_two_workers(
-    prefect_server: PrefectServer, deployed: Path, tmp_path: Path
-) -> None:
-    srv = prefect_server
-    srv.cli("work-pool", "create", "gpu-fanout", "--type", "process")
+def fanout_deployment(srv: PrefectServer) -> list[dict[str, Any]]:
+    """The ``gpu-fanout`` process pool and the ``partition-job`` deployment on it, as
+    deployments/prefect.yaml defines it; returns the deployment (a one-item list)."""
+    srv.cli("work-pool", "create", "gpu-fanout", "--type", "process", check=False)
     out = srv.cli(
         "--no-prompt",
         "deploy",
@@ -64,20 +56,31 @@ def test_fan_out_runs_each_partition_once_across_two_workers(
         "deployments/prefect.yaml",
     )
     assert "partition-job" in out
-    for name in ("fan-a", "fan-b"):
-        srv.start(
-            "worker",
-            "start",
-            "--pool",
-            "gpu-fanout",
-            "--name",
-            name,
-            "--limit",
-            "1",
-            log=tmp_path / f"{name}.log",
-        )
+    deps = srv.post("/deployments/filter", {"deployments": {"name": {"any_": ["partition-job"]}}})
+    return list(deps)
 
-    parts = {name: write_partition(tmp_path / f"{name}.jsonl", name, 30) for name in "xyz"}
+
+def start_fanout_worker(srv: PrefectServer, name: str, tmp_path: Path) -> None:
+    """One process worker of the pool, one job at a time: a GPU node."""
+    srv.start(
+        "worker",
+        "start",
+        "--pool",
+        "gpu-fanout",
+        "--name",
+        name,
+        "--limit",
+        "1",
+        log=tmp_path / f"{name}.log",
+    )
+
+
+def fanout_config(
+    tmp_path: Path, names: str, *, slots: int, decode_ms: int, in_flight: int, out: str
+) -> tuple[Path, Path]:
+    """A config whose partitions (one per letter of ``names``) each launch their own emulator
+    (``slots`` running requests, ``decode_ms`` a token), send ``in_flight`` requests at a time
+    and share one output directory under ``tmp_path``; returns (config file, its output)."""
     config: dict[str, Any] = {
         "model": {"path": str(TOKENIZER_DIR)},
         "server": {
@@ -85,17 +88,43 @@ def test_fan_out_runs_each_partition_once_across_two_workers(
             "engine": "emulator",
             "port": 0,
             "startup_timeout_s": 60,
-            "extra_args": ["--emu-running-slots", "4", "--emu-decode-ms-per-token", "5"],
+            "extra_args": [
+                "--emu-running-slots",
+                str(slots),
+                "--emu-decode-ms-per-token",
+                str(decode_ms),
+            ],
         },
-        "tiers": [{"name": "SHORT", "concurrency": 8, "max_tokens": 1024}],
+        "tiers": [{"name": "SHORT", "concurrency": in_flight, "max_tokens": 1024}],
         "partitions": [
-            {"name": n, "input": str(tmp_path / f"{n}.jsonl"), "tier": "SHORT"} for n in parts
+            {"name": n, "input": str(tmp_path / f"{n}.jsonl"), "tier": "SHORT"} for n in names
         ],
-        "output_dir": str(tmp_path / "shared-out"),
+        "output_dir": str(tmp_path / out),
         "batch_size": 8,
     }
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(config))
+    return cfg, tmp_path / out
+
+
+def job_runs(srv: PrefectServer) -> list[dict[str, Any]]:
+    deps = srv.post("/deployments/filter", {"deployments": {"name": {"any_": ["partition-job"]}}})
+    return list(
+        srv.post("/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [deps[0]["id"]]}}})
+    )
+
+
+def test_fan_out_runs_each_partition_once_across_two_workers(
+    prefect_server: PrefectServer, deployed: Path, tmp_path: Path
+) -> None:
+    srv = prefect_server
+    fanout_deployment(srv)
+    for name in ("fan-a", "fan-b"):
+        start_fanout_worker(srv, name, tmp_path)
+    parts = {name: write_partition(tmp_path / f"{name}.jsonl", name, 30) for name in "xyz"}
+    cfg, shared = fanout_config(
+        tmp_path, "xyz", slots=4, decode_ms=5, in_flight=8, out="shared-out"
+    )
     run = subprocess.run(
         [sys.executable, "-m", "eagle3_datagen_flows.cli", "run", str(cfg), "--fan-out"],
         cwd=REPO,
@@ -119,7 +148,6 @@ def test_fan_out_runs_each_partition_once_across_two_workers(
         }
     assert workers == {"fan-a", "fan-b"}, "the partitions ran on both workers"
 
-    shared = Path(config["output_dir"])
     for name, ids in parts.items():
         table = pq.read_table(sorted((shared / name).glob("part-*.parquet")))
         assert sorted(table.column("id").to_pylist()) == ids  # each record exactly once
@@ -177,50 +205,12 @@ def test_ctrl_c_of_a_fan_out_cancels_its_jobs_on_the_workers(
     """Ctrl-C of ``run --fan-out``: exit 130, the running job's process stopped by its worker
     (its server with it) and marked Cancelled, the job not yet started Cancelled too."""
     srv = prefect_server
-    # The first test's pool and deployment (made again when this test runs alone).
-    srv.cli("work-pool", "create", "gpu-fanout", "--type", "process", check=False)
-    srv.cli(
-        "--no-prompt",
-        "deploy",
-        "--name",
-        "partition-job",
-        "--pool",
-        "gpu-fanout",
-        "--prefect-file",
-        "deployments/prefect.yaml",
-    )
-    deps = srv.post("/deployments/filter", {"deployments": {"name": {"any_": ["partition-job"]}}})
-    srv.start(
-        "worker",
-        "start",
-        "--pool",
-        "gpu-fanout",
-        "--name",
-        "stop-a",
-        "--limit",
-        "1",
-        log=tmp_path / "stop-a.log",
-    )
+    deps = fanout_deployment(srv)  # the first test's (made again when this test runs alone)
+    start_fanout_worker(srv, "stop-a", tmp_path)
     for name in "pq":
         write_partition(tmp_path / f"{name}.jsonl", name, 200)
-    config: dict[str, Any] = {
-        "model": {"path": str(TOKENIZER_DIR)},
-        "server": {
-            "mode": "launch",
-            "engine": "emulator",
-            "port": 0,
-            "startup_timeout_s": 60,
-            "extra_args": ["--emu-running-slots", "2", "--emu-decode-ms-per-token", "20"],
-        },
-        "tiers": [{"name": "SHORT", "concurrency": 2, "max_tokens": 1024}],
-        "partitions": [
-            {"name": n, "input": str(tmp_path / f"{n}.jsonl"), "tier": "SHORT"} for n in "pq"
-        ],
-        "output_dir": str(tmp_path / "stop-out"),
-        "batch_size": 8,
-    }
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump(config))
+    # 200 prompts each at 2 at a time, 20 ms a token: the first job still runs at the Ctrl-C
+    cfg, _ = fanout_config(tmp_path, "pq", slots=2, decode_ms=20, in_flight=2, out="stop-out")
     log = tmp_path / "cli.log"
     with log.open("wb") as fh:
         proc = subprocess.Popen(

@@ -199,11 +199,12 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
     overlap = (min(e for _, e in spans) - max(s for s, _ in spans)).total_seconds()
     gap = abs((spans[0][0] - spans[1][0]).total_seconds())
     print(f"subflow spans {spans}, start gap {gap:.1f} s, overlap {overlap:.1f} s")
-    # One partition's planning (tokenizer, input scan) used to block the loop the other's
-    # subflow starts on: 8 s apart on this 2-core machine with three runs at once. Two subflows
-    # created together on Prefect's SQLite backend can also wait out its "database is locked"
-    # back-off (4.8 s in one full CI run), so the bound sits between the two.
-    assert overlap > 0 and gap < 6, spans
+    # How far apart they start is not asserted: a plan made on the event loop once put them 8 s
+    # apart, but Prefect's SQLite "database is locked" back-off (4.8 s in one CI run) and a
+    # loaded machine (6.4 s with pytest's other worker busy) do too, so no wall-clock bound
+    # tells them apart; tests/integration/test_event_loop.py checks that plans are made off the
+    # event loop, directly.
+    assert overlap > 0, spans
 
     # One progress artifact per partition, at 100% with the progress line as its description.
     line_tok_s = {}

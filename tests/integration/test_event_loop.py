@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import TOKENIZER_DIR
 from tests.support.pipeline import records, run_batches
@@ -53,12 +55,13 @@ def loop_probe() -> Iterator[list[tuple[float, str]]]:
         asyncio.Handle._run = handle_run  # type: ignore[method-assign]
 
 
-def config(tmp_path: Path, prompts: Path) -> PipelineConfig:
+def config(tmp_path: Path, *prompts: Path) -> PipelineConfig:
+    """Partitions named after their files' stems, one tier."""
     return PipelineConfig.model_validate(
         {
             "model": {"path": str(TOKENIZER_DIR)},
             "tiers": [{"name": "T", "concurrency": 64, "max_tokens": 512}],
-            "partitions": [{"name": "p", "input": str(prompts), "tier": "T"}],
+            "partitions": [{"name": p.stem, "input": str(p), "tier": "T"} for p in prompts],
             "output_dir": str(tmp_path / "out"),
             "batch_size": 512,
         }
@@ -68,7 +71,7 @@ def config(tmp_path: Path, prompts: Path) -> PipelineConfig:
 async def test_no_callback_blocks_the_loop_during_a_run(tmp_path: Path, emulator_factory: Any):
     emu = emulator_factory("--emu-mean-output-tokens", "200", "--emu-output-sigma", "0")
     emu.wait_ready()
-    prompts = write_prompts(tmp_path / "in.jsonl", 1024, words=120)
+    prompts = write_prompts(tmp_path / "p.jsonl", 1024, words=120)
     cfg = config(tmp_path, prompts)
     gc.collect()
     with loop_probe() as slow:
@@ -77,3 +80,40 @@ async def test_no_callback_blocks_the_loop_during_a_run(tmp_path: Path, emulator
     worst = sorted(slow, reverse=True)[:5]
     blocked = [(round(s * 1e3, 1), what) for s, what in worst if s > BLOCKED_S]
     assert not blocked, f"callbacks held the loop longer than {BLOCKED_S * 1e3:.0f} ms: {blocked}"
+
+
+@pytest.mark.usefixtures("prefect_backend")
+def test_partition_planning_runs_off_the_flows_event_loop(
+    tmp_path: Path, emulator_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent flow starts every partition's subflow on one event loop; a partition's plan
+    (loading the tokenizer, scanning its input: seconds on a large file) is made on a worker
+    thread, so the other subflows start meanwhile. The real flow, in this process; the plan
+    function itself is only observed: which thread ran it, and was an event loop running there."""
+    import eagle3_datagen_flows.partition as partition_flow
+    from eagle3_datagen_flows.cli import run_pipeline
+
+    planned: list[tuple[str, bool]] = []
+    plan_partition = partition_flow.plan_partition
+
+    def observed(config: PipelineConfig, partition: str) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_a_loop = True
+        except RuntimeError:
+            on_a_loop = False
+        planned.append((partition, on_a_loop))
+        return plan_partition(config, partition)
+
+    monkeypatch.setattr(partition_flow, "plan_partition", observed)
+    emu = emulator_factory("--emu-mean-output-tokens", "20")
+    emu.wait_ready()
+    cfg = config(
+        tmp_path,
+        write_prompts(tmp_path / "a.jsonl", 40, words=20),
+        write_prompts(tmp_path / "b.jsonl", 40, words=20, first=100),
+    )
+    ok, result = run_pipeline(cfg, server_url=emu.url)
+    assert ok, result
+    assert sorted(planned) == [("a", False), ("b", False)], "a plan was made on the event loop"
+    assert len(records(Path(cfg.output_dir), "a")) == len(records(Path(cfg.output_dir), "b")) == 40

@@ -25,7 +25,7 @@ from eagle3_datagen.errors import (
     RetriesExhaustedError,
     ServerError,
 )
-from eagle3_datagen.generate import offload
+from eagle3_datagen.generate import gc_tuning, offload
 from eagle3_datagen.generate.conversation import (
     STOP_REJECTED,
     STOP_TOOL_CALL,
@@ -99,6 +99,7 @@ class PartitionRunner:
         self.run_id = run_id or secrets.token_hex(4)
         self._batch_run: dict[int, str] = {}
         self.progress = Progress()
+        gc_tuning.tune_for_batches()  # the collector off the loop's way (generate/gc_tuning.py)
 
     @classmethod
     def from_plan(

@@ -8,7 +8,6 @@ import math
 from dataclasses import dataclass
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen.generate.gc_tuning import collect_less_often
 from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.inputs.scan import InputInfo, scan_input
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
@@ -49,11 +48,8 @@ def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
     """Load the tokenizer, resolve the special tokens, plan the batches, find duplicate ids,
     and bring the partition's output directory in line with the input as it is now.
 
-    The input is streamed (batches are byte ranges), so this holds no prompt in memory. The
-    process that plans a partition runs its batches, so the collector is set for that here
-    (``generate/gc_tuning.py``).
+    The input is streamed (batches are byte ranges), so this holds no prompt in memory.
     """
-    collect_less_often()
     part = config.partition(partition)
     tier = config.tier(part.tier)
     tokenizer = load_tokenizer(config)
