@@ -30,14 +30,10 @@ def collect_less_often() -> None:
         gc.set_threshold(YOUNG_THRESHOLD, middle, old)
 
 
-def freeze_what_lives_now() -> None:
-    """Move every object alive now into the permanent generation, which no collection
-    traverses; reference counting still frees what becomes garbage (a cycle among them would
-    stay: nothing loaded before a run makes them)."""
-    gc.freeze()
-
-
 def tune_for_batches() -> None:
-    """What a process that runs batches sets, once its tokenizer is loaded."""
+    """What a process that runs batches sets, once its tokenizer is loaded: the young
+    threshold, and every object alive now moved into the permanent generation, which no
+    collection traverses (reference counting still frees what becomes garbage; a cycle among
+    them would stay: nothing loaded before a run makes them)."""
     collect_less_often()
-    freeze_what_lives_now()
+    gc.freeze()
