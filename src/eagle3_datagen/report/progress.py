@@ -7,11 +7,11 @@ tokens the server returned in this run, each response once (a retry never resend
 request); :meth:`Progress.tok_s` is the one output rate every report uses.
 
 The ETA is this run's line rate applied to the lines left, as long as that rate still describes
-the run. It stops being shown as a number when no line has finished for longer than the ETA
-itself said was left, or when requests have been retried since the last line finished and the
-wait is past a few average gaps between lines: the last requests timing out and retrying are how a
-run's tail stalls, and a rate-based "0.2m" shown for minutes is a wrong answer, not a late one.
-Then the ETA says what is known: ``? (no line finished for 6.2m; 4 retries since)``.
+the run. It stops being a number when no line has finished for longer than the ETA itself said
+was left, or when requests were retried since the last line finished and the wait is past a
+few average gaps between lines. A run's tail stalls that way (its last requests time out and
+are retried), and a rate-based "0.2m" shown for minutes is wrong, not merely late. Then the ETA
+says what is known: ``? (no line finished for 6.2m; 4 retries since)``.
 """
 
 from __future__ import annotations
