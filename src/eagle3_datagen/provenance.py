@@ -5,7 +5,8 @@ sampling, tiers, the turns and samples each partition generates, and the server 
 :data:`CONTENT_SERVER_ARGS`); two runs may share an output directory only if it is equal, so
 a rerun, a resume after a server restart or another node of a fan-out must produce the same
 ``content``. ``run`` holds what describes this particular run (time, URL,
-versions, every server arg) and may differ.
+versions, every server arg, and ``server_kind``: whether SGLang or the bundled emulator made
+the tokens) and may differ.
 
 The rule for a server arg: it is content when it changes which tokens a request can get, i.e.
 the model's weights or precision, the prompt the model sees, the sampling a request gets, or the
@@ -66,6 +67,25 @@ RUN_ONLY_SERVER_ARGS: dict[str, str] = {
 }
 
 
+# What ``run.server_kind`` records: which server made the output tokens.
+SGLANG = "sglang"
+EMULATOR = "sglang-emulator"
+
+
+def server_kind(server_info: dict[str, Any]) -> str:
+    """``sglang-emulator`` when the server says it is the bundled emulator (its ``/server_info``
+    has ``"emulator": true``, a key SGLang does not have), else ``sglang``. Read from what the
+    server reports, not from how it was launched, so an attached emulator is caught too."""
+    return EMULATOR if server_info.get("emulator") is True else SGLANG
+
+
+def recorded_server_kind(run: dict[str, Any]) -> str:
+    """A fingerprint's ``run.server_kind``; for a manifest written before the field existed,
+    worked out from the ``server_args`` it recorded."""
+    kind = run.get("server_kind")
+    return str(kind) if kind else server_kind(run.get("server_args") or {})
+
+
 def pipeline_version() -> str:
     try:
         return version("eagle3-datagen")
@@ -111,6 +131,7 @@ def build_fingerprint(
         "run": {
             "tokenizer_path": tok["tokenizer_path"],
             "server_args": server_args,
+            "server_kind": server_kind(server_args),
             "sglang_version": sglang_version,
             "pipeline_version": pipeline_version(),
             "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

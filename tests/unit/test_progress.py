@@ -82,3 +82,77 @@ def test_the_summary_row_and_the_progress_line_show_one_rate() -> None:
     meter.track("p", p)
     table_line = run_progress_markdown(meter, {"p": "completed"}).splitlines()[-1]
     assert shown == row["tok_per_s"] == int(table_line.split("|")[5]) == 320
+
+
+class FakeClock:
+    """Monotonic seconds that move only when the test says so (Progress's ``clock``)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_eta_stops_being_a_number_while_the_last_requests_time_out_and_retry() -> None:
+    clock = FakeClock()
+    p = Progress(total_lines=64, clock=clock)
+    meter = RunMeter()
+    meter.expect({"p": 64})
+    meter.track("p", p)
+    p.batch_started(0, 0)
+    for _ in range(62):  # 62 lines in 5 minutes, evenly
+        clock.now += 300 / 62
+        p.line_done(0, 100)
+    assert p.eta() == "0.2m"  # 2 lines left at 62 per 300 s: about 10 s
+    clock.now += 5
+    assert p.eta() == "0.2m"  # still within what the rate said was left
+    # Past it with nothing finished: the rate no longer describes the run.
+    clock.now += 15
+    assert p.eta() == "? (no line finished for 20s)"
+    # The two requests time out (120 s) and are retried, again and again.
+    for _ in range(3):
+        clock.now += 120
+        p.retry()
+        p.retry()
+    clock.now += 40
+    assert p.eta() == "? (no line finished for 7.0m; 6 retries since)"
+    assert p.line().endswith("(6 err) 0.1 req/s avg_comp=100tok 9 tok/s ETA=" + p.eta())
+    table = run_progress_markdown(meter, {"p": "running"})
+    assert (
+        "| p | running | 62/64 | 97% | 9 | 6 | ? (no line finished for 7.0m; 6 retries since) |"
+        in table
+    )
+    # One of them finally answers: a number again, at the rate the whole run has made.
+    p.line_done(0, 100)
+    assert p.eta() == f"{1 / (63 / clock.now) / 60:.1f}m" == "0.2m"
+
+
+def test_a_retry_in_a_flowing_run_leaves_the_eta_a_number() -> None:
+    clock = FakeClock()
+    p = Progress(total_lines=1000, clock=clock)
+    p.batch_started(0, 0)
+    for _ in range(100):  # a line every second
+        clock.now += 1.0
+        p.line_done(0, 100)
+    p.retry()  # one 503, retried while other requests keep finishing
+    clock.now += 0.5
+    assert p.eta() == "15.1m"  # 900 lines at 100 per 100.5 s
+    clock.now += 0.6  # a gap longer than average happens
+    assert p.eta() == "15.2m"  # 900 lines at 100 per 101.1 s
+    clock.now += 2.0  # three average gaps without a line, with a retry pending: stalling
+    assert p.eta() == "? (no line finished for 3s; 1 retry since)"
+    p.line_done(0, 100)
+    assert p.eta() == "15.3m"  # 899 lines at 101 per 103.1 s
+
+
+def test_retries_before_any_line_say_so() -> None:
+    clock = FakeClock()
+    p = Progress(total_lines=10, clock=clock)
+    clock.now = 30.0
+    assert p.eta() == "?"
+    p.retry()
+    assert p.eta() == "? (no line finished for 30s; 1 retry since)"
+    p.finish()
+    clock.now = 90.0  # a finished partition's clock has stopped
+    assert p.elapsed() == 30.0

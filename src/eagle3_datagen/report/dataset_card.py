@@ -6,6 +6,10 @@ loading script; the body says where the data came from (the run fingerprint), ho
 is, what it looks like (the same figures as the Prefect data artifacts) and how to load it.
 Written from the manifest and the shards, so it is rewritten whole after every run.
 
+Data made by the bundled SGLang emulator (the fingerprint's ``run.server_kind``) says so in its
+title, first paragraph and provenance: its tokens come from a fake model, and a card that read
+like model output could get a draft model trained on them.
+
 Partitions are listed in the config's order (the fingerprint keeps it), and the default config
 is the config's first partition: ``load_dataset(DIR)`` without a name loads what the config
 put first, not what sorts first.
@@ -18,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from eagle3_datagen.provenance import EMULATOR, recorded_server_kind
 from eagle3_datagen.report.data_picture import (
     PartitionPicture,
     partition_picture,
@@ -67,6 +72,27 @@ def config_order(names: list[str], fingerprint: dict[str, Any]) -> list[str]:
     return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
 
 
+def _model_name(fingerprint: dict[str, Any]) -> str:
+    return Path(str((fingerprint.get("content") or {}).get("model_path") or "a model")).name
+
+
+def from_emulator(fingerprint: dict[str, Any]) -> bool:
+    """Whether the run's tokens came from the bundled emulator rather than SGLang."""
+    return recorded_server_kind(fingerprint.get("run") or {}) == EMULATOR
+
+
+def card_title(fingerprint: dict[str, Any]) -> str:
+    model = _model_name(fingerprint)
+    if from_emulator(fingerprint):
+        return f"EAGLE-3 test data from the SGLang emulator (not {model} output)"
+    return f"EAGLE-3 training data from {model}"
+
+
+def _emulated_server(fingerprint: dict[str, Any]) -> str:
+    version = (fingerprint.get("run") or {}).get("sglang_version")
+    return f"`sglang_emulator` (the stand-in for SGLang {version or '?'})"
+
+
 def card_front_matter(partitions: list[str], fingerprint: dict[str, Any]) -> dict[str, Any]:
     """The card's YAML header: configs/data_files per partition, in the config's order; the
     default is the config's first partition when it is on disk (else none)."""
@@ -81,13 +107,35 @@ def card_front_matter(partitions: list[str], fingerprint: dict[str, Any]) -> dic
         if name == first:
             config["default"] = True
         configs.append(config)
-    model = str(fingerprint.get("content", {}).get("model_path") or "a model")
+    tags = ["eagle3", "speculative-decoding", "synthetic", "token-ids"]
     return {
         "configs": configs,
         "task_categories": ["text-generation"],
-        "tags": ["eagle3", "speculative-decoding", "synthetic", "token-ids"],
-        "pretty_name": f"EAGLE-3 training data from {Path(model).name}",
+        "tags": [*tags, "emulator-output"] if from_emulator(fingerprint) else tags,
+        "pretty_name": card_title(fingerprint),
     }
+
+
+def _intro(fingerprint: dict[str, Any]) -> str:
+    """What the data is: model output to train on, or emulator output that only looks like it."""
+    if not from_emulator(fingerprint):
+        return (
+            "Training data for an EAGLE-3 draft model: prompts rendered with the target model's "
+            "own chat template and tokenizer, and the **exact token ids** the target model "
+            "generated (SGLang's native `/generate`, no text round trip, stop token included). "
+            "Every record was validated token by token. Train on `prompt_ids + output_ids` with "
+            "the loss on `output_ids`."
+        )
+    model = _model_name(fingerprint)
+    return (
+        f"**Emulator output, not model output.** The `output_ids` were made by "
+        f"{_emulated_server(fingerprint)}, which ships with eagle3-datagen: a fake model whose "
+        f"answers are made-up tokens from {model}'s vocabulary. They are not "
+        f"what {model} would generate, so do not train a draft model on them; this data shows "
+        "the format and exercises the pipeline. The prompts were rendered with the model's own "
+        "chat template and tokenizer, the outputs came through the same native `/generate` "
+        "(stop token included), and every record was validated token by token."
+    )
 
 
 def _provenance(manifest: dict[str, Any]) -> str:
@@ -97,21 +145,26 @@ def _provenance(manifest: dict[str, Any]) -> str:
     tok = content.get("tokenizer", {})
     sampling = content.get("sampling", {})
     server = {k: v for k, v in (content.get("server") or {}).items() if v not in (None, False)}
+    emulated = from_emulator(fingerprint)
     rows = [
-        ("model", content.get("model_path")),
+        ("model (emulated, not run)" if emulated else "model", content.get("model_path")),
         ("tokenizer", run.get("tokenizer_path")),
         ("vocabulary", f"{tok.get('vocab_size', '?')} tokens, sha256 {tok.get('vocab_sha256')}"),
         ("chat template sha256", content.get("chat_template_sha256")),
         ("chat template kwargs", content.get("chat_template_kwargs") or "{}"),
         ("sampling", ", ".join(f"{k}={v}" for k, v in sampling.items() if v is not None)),
         ("server settings that change tokens", ", ".join(f"{k}={v}" for k, v in server.items())),
-        ("SGLang", run.get("sglang_version")),
+        ("SGLang", None if emulated else run.get("sglang_version")),
         ("eagle3-datagen", run.get("pipeline_version")),
         ("fingerprint (content sha256)", fingerprint.get("content_sha256")),
         ("first written", manifest.get("first_written") or run.get("created_at")),
         ("last run started", run.get("created_at")),
     ]
     lines = ["| | |", "|---|---|"]
+    if emulated:  # first, in words: what made the tokens
+        lines.append(
+            f"| generated by | {_emulated_server(fingerprint)}: emulator output, not model output |"
+        )
     lines += [f"| {k} | `{v}` |" for k, v in rows if v not in (None, "")]
     return "\n".join(lines)
 
@@ -153,12 +206,8 @@ def card_text(
     first = next((c["config_name"] for c in configs if c.get("default")), None)
     first = first or (names[0] if names else "PARTITION")
     body = [
-        f"# {card_front_matter(names, fingerprint)['pretty_name']}",
-        "Training data for an EAGLE-3 draft model: prompts rendered with the target model's own "
-        "chat template and tokenizer, and the **exact token ids** the target model generated "
-        "(SGLang's native `/generate`, no text round trip, stop token included). Every record "
-        "was validated token by token. Train on `prompt_ids + output_ids` with the loss on "
-        "`output_ids`.",
+        f"# {card_title(fingerprint)}",
+        _intro(fingerprint),
         "## How to load",
         "```python\n"
         "from datasets import load_dataset\n\n"

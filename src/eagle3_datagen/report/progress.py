@@ -5,12 +5,21 @@ every attempt to what that attempt settled without a request (lines rejected bef
 results kept in the journal) and grows by one per finished request. Output tokens are the
 tokens the server returned in this run, each response once (a retry never resends a journaled
 request); :meth:`Progress.tok_s` is the one output rate every report uses.
+
+The ETA is this run's line rate applied to the lines left, as long as that rate still describes
+the run. It stops being a number when no line has finished for longer than the ETA itself said
+was left, or when requests were retried since the last line finished and the wait is past a
+few average gaps between lines. A run's tail stalls that way (its last requests time out and
+are retried), and a rate-based "0.2m" shown for minutes is wrong, not merely late. Then the ETA
+says what is known: ``? (no line finished for 6.2m; 4 retries since)``.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,15 +32,30 @@ def format_eta(seconds: float) -> str:
     return f"{seconds / 60:.1f}m"
 
 
+# Retries pending and no line for this many average gaps between lines: the run is stalling.
+STALL_GAPS = 3
+
+
+def format_wait(seconds: float) -> str:
+    """A time already waited: ``45s`` under a minute (where ``0.0m`` would hide it), else as
+    :func:`format_eta`."""
+    return f"{seconds:.0f}s" if seconds < 60 else format_eta(seconds)
+
+
 @dataclass(slots=True)
 class Progress:
-    """Live counters of a partition in this run, read by the reporters and the run's meter."""
+    """Live counters of a partition in this run, read by the reporters and the run's meter.
+
+    ``clock`` is the time source (monotonic seconds), a parameter so tests can drive time;
+    ``started`` defaults to its reading at construction.
+    """
 
     total_lines: int = 0
     errors: int = 0  # retried request failures
     output_tokens: int = 0  # returned by the server in this run
-    started: float = field(default_factory=time.monotonic)
+    started: float = math.nan
     finished: float | None = None
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
     # Lines of batches committed before this run (skipped), and of batches committed in it.
     skipped_lines: int = 0
     # This run's committed batches: their totals, for the summary's "this run" row.
@@ -45,6 +69,13 @@ class Progress:
     # Batches in flight: lines settled in the current attempt; attempts per batch.
     _open: dict[int, int] = field(default_factory=dict)
     attempts: dict[int, int] = field(default_factory=dict)
+    # When a request last finished in this run (None: none yet), and retries since then.
+    _last_line_at: float | None = None
+    _retries_since_line: int = 0
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.started):
+            self.started = self.clock()
 
     @property
     def done(self) -> int:
@@ -67,6 +98,8 @@ class Progress:
         """One request of batch ``index`` finished (a result, or a rejection by the server)."""
         self._open[index] = self._open.get(index, 0) + 1
         self.output_tokens += output_tokens
+        self._last_line_at = self.clock()
+        self._retries_since_line = 0
 
     def batch_committed(
         self,
@@ -93,15 +126,19 @@ class Progress:
         self._open.pop(index, None)
 
     def retry(self) -> None:
+        """A request failed and is being retried (a timeout, a 5xx, a lost connection)."""
         self.errors += 1
+        self._retries_since_line += 1
 
     def finish(self) -> None:
         if self.finished is None:
-            self.finished = time.monotonic()
+            self.finished = self.clock()
+
+    def _now(self) -> float:
+        return self.finished if self.finished is not None else self.clock()
 
     def elapsed(self) -> float:
-        end = self.finished if self.finished is not None else time.monotonic()
-        return max(end - self.started, 1e-9)
+        return max(self._now() - self.started, 1e-9)
 
     def tok_s(self) -> float:
         """Output tokens the server returned in this run per second of the partition's wall
@@ -134,10 +171,26 @@ class Progress:
         return (self.done - self.skipped_lines) / self.elapsed()
 
     def eta(self) -> str:
-        """Time left at this run's line rate: ``12.5m``, ``3.1h``, or ``?`` before any line."""
+        """Time left at this run's line rate: ``12.5m``, ``3.1h``, ``?`` before any line, or
+        ``? (no line finished for 6.2m; 4 retries since)`` once the rate no longer describes
+        the run (see the module doc)."""
         remaining = max(self.total_lines - self.done, 0)
+        if remaining == 0:
+            return format_eta(0.0)
         rate = self.lines_per_s()
-        return format_eta(0.0 if remaining == 0 else remaining / rate if rate > 0 else float("inf"))
+        estimate = remaining / rate if rate > 0 else float("inf")
+        quiet = self._now() - (
+            self._last_line_at if self._last_line_at is not None else self.started
+        )
+        retries = self._retries_since_line
+        # Lines finish at random: 3 average gaps without one happen ~5% of the time.
+        long_gap = STALL_GAPS / rate if rate > 0 else 0.0
+        if retries and quiet > long_gap:
+            plural = "retry" if retries == 1 else "retries"
+            return f"? (no line finished for {format_wait(quiet)}; {retries} {plural} since)"
+        if quiet > estimate:
+            return f"? (no line finished for {format_wait(quiet)})"
+        return format_eta(estimate)
 
     def this_run(self) -> dict[str, Any]:
         """This run's numbers in the manifest summary's shape (batches committed in this run)."""
