@@ -4,7 +4,8 @@
 
 A Prefect server on PostgreSQL (a throwaway cluster, as in tests/e2e/test_prefect_restart.py),
 two process workers standing in for two GPU pods' nodes (``--limit 1``, the default 10 s poll),
-and the README's fan-out (``eagle3-datagen run CONFIG --fan-out``) over the bundled emulator.
+and the fan-out of docs/scaling.md (``eagle3-datagen run CONFIG --fan-out``) over the bundled
+emulator.
 Two fan-outs with the same number of partitions, one with 2 batches per partition and one with
 6, separate what a partition job costs from what a batch costs. Counted for each fan-out:
 

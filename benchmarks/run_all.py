@@ -5,8 +5,10 @@
 
 Prints each figure next to its target with PASS or MISS (and why), plus the details behind it.
 Everything is a ratio or a per-record cost measured within the same run: the machines are
-shared and noisy, so absolute rates mean little. ``--json PATH`` writes every number;
-``--markdown`` prints the README table.
+shared and noisy, so absolute rates mean little. A full run prepends its figures to
+``benchmarks/RESULTS.md`` (newest first, the latest 10 kept; ``--results PATH`` writes another
+file, also for a quick run; ``--no-results`` writes none). ``--json PATH`` writes every number;
+``--markdown`` prints the figures table.
 
 Parts (each module's docstring says exactly what it measures):
   (a) client_overhead: pipeline vs the seed's bare loop, zero-latency emulator
@@ -34,7 +36,15 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import adaptive, client_overhead, makespan, memory, tokenize_rate, utilization
+from benchmarks import (
+    adaptive,
+    client_overhead,
+    makespan,
+    memory,
+    results_md,
+    tokenize_rate,
+    utilization,
+)
 
 
 @dataclass
@@ -64,6 +74,7 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {
+        "host": platform.node(),
         "nproc": os.cpu_count(),
         "cpu": model,
         "python": platform.python_version(),
@@ -106,7 +117,8 @@ def sizes(quick: bool, scale: float) -> dict[str, Any]:
 
 
 def figures(r: dict[str, Any]) -> list[Figure]:
-    """The README's Performance targets, each with its verdict and, for a miss, the reason."""
+    """The performance targets (docs/performance.md), each with its verdict and, for a miss,
+    the reason."""
     out: list[Figure] = []
     if a := r.get("a"):
         out += client_figures(a)
@@ -297,7 +309,7 @@ def cpu_why(run: dict[str, Any]) -> str:
         f"{us:.2f} us CPU per token; {run['flow_sys_cpu_s']:.1f} of the "
         f"{run['flow_cpu_s']:.1f} s in the kernel; the flow's lazy imports "
         f"({run['flow_import_cpu_s']:.1f} s) done before the clock. Where the rest goes: "
-        "README, Performance, (g) profile"
+        "docs/performance.md, (g) profile"
     )
 
 
@@ -438,6 +450,13 @@ def markdown(figs: list[Figure]) -> str:
     return "\n".join(rows)
 
 
+def record(path: Path, results: dict[str, Any], figs: list[Figure]) -> None:
+    """Prepend this run's entry to the results file and say where it went."""
+    entry = results_md.entry(results["machine"], results["mode"], results["scale"], markdown(figs))
+    results_md.prepend(path, entry)
+    print(f"figures written to {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller sizes (indicative figures)")
@@ -445,7 +464,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="abcdef", help="parts to run, e.g. 'ad' ('f' gives (g))")
     p.add_argument("--no-prefect", action="store_true", help="skip the Prefect flow overhead")
     p.add_argument("--json", type=Path, help="write every number to this file")
-    p.add_argument("--markdown", action="store_true", help="also print the README table")
+    p.add_argument("--markdown", action="store_true", help="also print the figures table")
+    p.add_argument(
+        "--results",
+        type=Path,
+        help="prepend this run's figures to this file (default: benchmarks/RESULTS.md, "
+        "full runs only)",
+    )
+    p.add_argument("--no-results", action="store_true", help="write no results file")
     p.add_argument("--from-json", type=Path, help="print the report of a saved --json run")
     args = p.parse_args(argv)
     if args.from_json:
@@ -454,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table(figs), "", *details(saved), sep="\n")
         if args.markdown:
             print("", markdown(figs), sep="\n")
+        if args.results and not args.no_results:  # a saved run goes in only when asked
+            record(args.results, saved, figs)
         return 0
 
     s = sizes(args.quick, args.scale)
@@ -506,6 +534,9 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(markdown(figs))
     results["figures"] = [f.__dict__ | {"verdict": f.verdict} for f in figs]
+    target = args.results or (None if args.quick else results_md.DEFAULT_PATH)
+    if target and not args.no_results:
+        record(target, results, figs)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
     return 0

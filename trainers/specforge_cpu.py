@@ -1,4 +1,5 @@
-"""CPU shim for `specforge train` 0.2.0 (patch 2 of 2 in README "From dataset to drafter").
+"""CPU shim for `specforge train` 0.2.0 (patch 2 of 2 in docs/exports.md,
+"From dataset to drafter").
 
 SpecForge's EAGLE-3 KL loss exists only as a Triton kernel (``specforge.core.loss.
 LogSoftmaxLoss``), which needs a GPU driver ("0 active drivers"). This replaces it, in the

@@ -1,4 +1,5 @@
-"""CPU shim for `speculators train` 0.9.0 (patch 1 of 2 in README "From dataset to drafter").
+"""CPU shim for `speculators train` 0.9.0 (patch 1 of 2 in docs/exports.md,
+"From dataset to drafter").
 
 speculators moves the model and every batch to ``local_rank`` (the int 0, i.e. a GPU) and calls
 ``torch.accelerator.synchronize()`` on every logged step; both fail without an accelerator.

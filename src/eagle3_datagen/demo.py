@@ -11,7 +11,7 @@ from eagle3_datagen.config import PipelineConfig, parse_config
 
 ASSETS = Path(str(files("eagle3_datagen") / "assets"))
 # The bundled Kimi-K2.5-style tokenizers: a fast (Rust) one, and one on Kimi's own class path
-# (remote code over tiktoken, special tokens at Kimi's ids; see README "Test tokenizers").
+# (remote code over tiktoken, special tokens at Kimi's ids; docs/emulator.md, "Test tokenizers").
 TOKENIZERS = {"mini": ASSETS / "kimi-k2.5-mini", "tiktoken": ASSETS / "kimi-k2.5-tiktoken"}
 TOKENIZER_DIR = TOKENIZERS["mini"]
 DEMO_DIR = ASSETS / "demo"

@@ -35,7 +35,7 @@ Numbers (all simulated time; ``--emu-time-scale`` shrinks every sleep, not the m
 
 The emulator's own ceiling (``benchmarks/emulator_ceiling.py``) is the other calibration: a
 profile is only usable at a time scale where the emulator's CPU per step stays well below the
-scaled step time; the benchmarks run at the scales the README states.
+scaled step time; the benchmarks run at the scales docs/performance.md states.
 """
 
 from __future__ import annotations

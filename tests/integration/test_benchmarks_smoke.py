@@ -28,6 +28,8 @@ def test_quick_benchmark_prints_every_figure(tmp_path: Path) -> None:
             "0.02",
             "--json",
             str(out),
+            "--results",  # never the repository's benchmarks/RESULTS.md
+            str(tmp_path / "RESULTS.md"),
         ],
         cwd=REPO,
         capture_output=True,
@@ -44,3 +46,5 @@ def test_quick_benchmark_prints_every_figure(tmp_path: Path) -> None:
         assert f"({fig['part']}) {fig['name']}" in proc.stdout
     assert results["b"]["budget_peak_tokens"] <= results["b"]["budget_cap_tokens"]
     assert results["a"]["pipeline_rejected"] == 0
+    written = (tmp_path / "RESULTS.md").read_text()
+    assert written.startswith("# Benchmark results") and "| (g) |" in written

@@ -135,7 +135,7 @@ def test_docker_compose_config_accepts_each_profile() -> None:
 
 
 def test_docker_compose_config_resolves_the_documented_overrides() -> None:
-    """Multi-node knobs from README.md "Scaling out": a shared output mount and a remote API."""
+    """Multi-node knobs from docs/scaling.md: a shared output mount and a remote API."""
     services = _compose_config(
         "--profile",
         "gpu",

@@ -86,7 +86,7 @@ def settings(
             "never data.train_data_path for these files: that path re-renders conversations "
             "with SpecForge's own template (its default system prompt), not the model's ids",
             "offline (data.hidden_states_path): compute the features from these rows "
-            "(input_ids and loss_mask as written; see README 'From dataset to drafter')",
+            "(input_ids and loss_mask as written; see docs/exports.md, 'From dataset to drafter')",
         ]
         if val is not None:
             lines.append(
