@@ -11,6 +11,8 @@
 # EAGLE-3 shift (speculators_check.py, specforge_check.py); >= 30 training steps each
 # (speculators_cpu.py, specforge_train.py + specforge_cpu.py: the two CPU patches); then
 # tests/unit/test_trainer_conventions.py against what was just recorded, and losses.py.
+# The demo's image records (demo_images) are recorded with its dataset but left out of both
+# exports by design (docs/exports.md); the test checks no trainer saw them.
 # Everything lands in trainers/work/ (git-ignored; TRAINERS_WORK to move it).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -7,7 +7,9 @@ current export code exports the same datasets again with the recorded options, a
 recorded fact must hold for it: the trainer loaded every record with the ids and mask we
 write now; after its shift it trains the model's output positions plus the first proposal
 (derived from the dataset's own prompt and output lengths, not from the export); its split is
-ours and keeps conversations whole; what it would clip, the report counted. No torch here.
+ours and keeps conversations whole; what it would clip, the report counted. Image records
+(the demo's ``demo_images``) are left out of both exports by design (docs/exports.md): neither
+trainer saw them, and the metadata lists exactly them. No torch here.
 """
 
 from __future__ import annotations
@@ -42,12 +44,19 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
 
 
-def dataset_records(root: Path) -> dict[str, dict[str, Any]]:
-    """partition/id -> prompt length, length, conversation, truncated, sha of the ids."""
+def dataset_records(root: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """partition/id -> prompt length, length, conversation, truncated, sha of the ids, for
+    every record the exports hold; and the ids of the image records, which they leave out."""
     out: dict[str, dict[str, Any]] = {}
+    images: list[str] = []
     for shard in sorted(root.glob("*/part-*.parquet")):
         columns = ["id", "conversation_id", "prompt_ids", "output_ids", "truncated"]
+        if "images" in pq.read_schema(shard).names:
+            columns.append("images")
         for r in pq.read_table(shard, columns=columns).to_pylist():
+            if r.get("images"):
+                images.append(f"{shard.parent.name}/{r['id']}")
+                continue
             ids = r["prompt_ids"] + r["output_ids"]
             out[f"{shard.parent.name}/{r['id']}"] = {
                 "prompt": len(r["prompt_ids"]),
@@ -56,7 +65,7 @@ def dataset_records(root: Path) -> dict[str, dict[str, Any]]:
                 "conversation": f"{shard.parent.name}/{r['conversation_id'] or r['id']}",
                 "truncated": r["truncated"],
             }
-    return out
+    return out, images
 
 
 class Case:
@@ -65,7 +74,7 @@ class Case:
     def __init__(self, name: str, tmp: Path) -> None:
         base = FIXTURES / name
         self.root = base / "dataset"
-        self.data = dataset_records(self.root)
+        self.data, self.image_ids = dataset_records(self.root)
         # Records can repeat each other's ids exactly (the demo's emulator answers a repeated
         # prompt the same way): what the trainers loaded is compared as a multiset.
         self.by_sha: dict[str, list[str]] = {}
@@ -186,6 +195,19 @@ def test_clipping_is_what_the_report_counts(case: Case, fmt: str) -> None:
     assert low["rows"] == length_summary(lengths, low["max_length"])["over_max_length"]
     if case.root.parent.name == "demo":
         assert low["rows"] > 0  # the low maximum does clip some demo records
+
+
+def test_image_records_are_left_out_of_both_exports_and_listed(case: Case) -> None:
+    """Neither trainer saw an image record (the loaded-every-record tests compare against
+    ``case.data``, which holds none); our metadata counts and lists exactly them."""
+    for fmt in FORMATS:
+        meta = case.meta[fmt]
+        assert sorted(meta["image_ids"]) == sorted(case.image_ids)
+        assert meta["counts"]["images_left_out"] == len(case.image_ids)
+        exported = sum(len(rows) for rows in case.rows[fmt].values())
+        assert exported == len(case.data) == meta["lengths"]["records"]
+    if case.root.parent.name == "demo":
+        assert case.image_ids  # the demo has an image partition
 
 
 def test_truncated_records_are_in_our_metadata_as_the_trainers_drop_the_flag(case: Case) -> None:

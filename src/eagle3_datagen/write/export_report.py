@@ -40,6 +40,22 @@ TRAINERS: dict[str, Trainer] = {
 _BUCKETS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
+def trained_positions(fmt: str) -> str:
+    """Which positions the loss mask marks, and what the trainer's shift makes of them."""
+    if TRAINERS[fmt].mask_last_prompt_token:
+        return (
+            "loss_mask 1 on the last prompt token and every output token (SpecForge's "
+            "shift trains the marked feature position to predict two tokens on): every "
+            "output token is trained as the draft's input, the first with the last prompt "
+            "token's features (the first proposal after prefill)"
+        )
+    return (
+        "loss_mask 1 on every output token (speculators' shift_batch pairs the mask with "
+        "the predicted token): every output token is trained as the draft's input, the "
+        "first with the last prompt token's features (the first proposal after prefill)"
+    )
+
+
 def _quantile(sorted_values: list[int], q: float) -> int:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
@@ -117,18 +133,33 @@ def settings(
     return lines
 
 
-def report_lines(meta: dict[str, Any]) -> list[str]:
-    """The human-readable report of an export's metadata (``<out>.export.json``)."""
+def _left_out(meta: dict[str, Any]) -> list[str]:
+    """What of the dataset the export does not hold, and why (empty when it holds it all)."""
+    counts = meta["counts"]
+    parts = []
+    if counts.get("images_left_out"):
+        parts.append(f"{counts['images_left_out']} image records (by design, see below)")
+    if counts["truncated_dropped"]:
+        parts.append(f"{counts['truncated_dropped']} truncated (--truncated drop)")
+    if counts["over_length_dropped"]:
+        parts.append(
+            f"{counts['over_length_dropped']} longer than the max length (--over-length drop)"
+        )
+    if not parts:
+        return []
+    return [f"left out of the dataset's {counts['records']} records: " + ", ".join(parts)]
+
+
+def _length_lines(meta: dict[str, Any]) -> list[str]:
     trainer = TRAINERS[meta["format"]]
-    lengths, opts, counts = meta["lengths"], meta["options"], meta["counts"]
+    lengths, opts = meta["lengths"], meta["options"]
+    which = "the exported rows"
+    if meta["counts"]["over_length_dropped"]:
+        which += " and those --over-length drop left out"
     out = [
-        f"export for {trainer.name} (conventions checked with {trainer.name} "
-        f"{trainer.checked_version}): {counts['written']['train']} train"
-        + (f", {counts['written']['validation']} validation" if meta["files"]["validation"] else "")
-        + " records",
-        f"trained positions: {meta['trained_positions']}",
-        f"lengths (prompt + output tokens) of {lengths['records']} records: min {lengths['min']}, "
-        f"p50 {lengths['p50']}, p90 {lengths['p90']}, p99 {lengths['p99']}, max {lengths['max']}",
+        f"lengths (prompt + output tokens) of {lengths['records']} records ({which}): "
+        f"min {lengths['min']}, p50 {lengths['p50']}, p90 {lengths['p90']}, "
+        f"p99 {lengths['p99']}, max {lengths['max']}",
         "  " + ", ".join(f"{k}: {v}" for k, v in lengths["histogram"].items()),
         f"max length {opts['max_length']} ({trainer.max_length_setting}; "
         f"{trainer.name}'s default is {trainer.default_max_length}): "
@@ -141,10 +172,24 @@ def report_lines(meta: dict[str, Any]) -> list[str]:
             f"({lengths['tokens_past_max_length']} tokens past the maximum); "
             f"--max-length {fit_length(lengths['max'])} trains every token"
         )
-    out.append(
+    return out
+
+
+def report_lines(meta: dict[str, Any]) -> list[str]:
+    """The human-readable report of an export's metadata (``<out>.export.json``)."""
+    trainer = TRAINERS[meta["format"]]
+    opts, counts = meta["options"], meta["counts"]
+    out = [
+        f"export for {trainer.name} (conventions checked with {trainer.name} "
+        f"{trainer.checked_version}): {counts['written']['train']} train"
+        + (f", {counts['written']['validation']} validation" if meta["files"]["validation"] else "")
+        + " records",
+        *_left_out(meta),
+        f"trained positions: {meta['trained_positions']}",
+        *_length_lines(meta),
         f"truncated records (finish_reason length): {counts['truncated']} "
-        f"({opts['truncated']}; listed in the metadata file, the trainers do not carry the flag)"
-    )
+        f"({opts['truncated']}; listed in the metadata file, the trainers do not carry the flag)",
+    ]
     images = meta.get("images") or {}
     if images.get("left_out"):
         out.append(f"{images['left_out']} {images['reason']}; listed in the metadata file")
@@ -154,6 +199,6 @@ def report_lines(meta: dict[str, Any]) -> list[str]:
             f"split by conversation ({split['key']}): {split['validation_conversations']} of "
             f"{split['conversations']} conversations in validation (seed {split['seed']})"
         )
-    out.append("settings:")
+    out.append("settings (paths relative to the export's directory, where this report is):")
     out += [f"  {line}" for line in meta["settings"]]
     return out
