@@ -100,6 +100,7 @@ def metrics_kind(text: str) -> str:
 
 
 def _kind(families: list[Metric]) -> str:
+    """SGLang's, a router's, or another's, by the names of the families and their samples."""
     names = [f.name for f in families] + [s.name for f in families for s in f.samples]
     if "sglang:num_running_reqs" in names:
         return "SGLang's"
