@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,22 @@ import pytest
 from tests.support import TOKENIZER_DIR
 from tests.support.emulator import EmulatorProcess
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+def _isolate_from_the_users_prefect() -> None:
+    """The tests run on their own Prefect, whatever the user's shell has: the user's PREFECT_*
+    settings (an API URL, a profile, a home) are dropped, and the session gets a home of its own,
+    so neither ~/.prefect's profiles nor its database are read or written. Before any import of
+    prefect, which reads its settings at import. Tests that start Prefect processes give them
+    their own settings on top of this environment."""
+    for name in [k for k in os.environ if k.startswith("PREFECT_")]:
+        del os.environ[name]
+    home = tempfile.mkdtemp(prefix="tests-prefect-home-")
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    os.environ["PREFECT_HOME"] = home
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+
+
+_isolate_from_the_users_prefect()
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 # A run started in the background by a non-interactive shell (`.ci/run > log &`) inherits SIGINT

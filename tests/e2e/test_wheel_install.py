@@ -37,7 +37,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     uv = shutil.which("uv")
     if uv:  # the same install as pip's, from uv's cache: seconds instead of minutes
         subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
-        install = [uv, "pip", "install", "-q", "--python", str(venv / "bin/python"), str(REPO)]
+        # pyproject.toml's dependencies are ranges: held to uv.lock's versions, the ones the
+        # other tests run, so the newest release within a range does not enter CI unannounced.
+        locked = venv.parent / "locked.txt"
+        export = ["export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes", "-q"]
+        subprocess.run([uv, *export, "-o", str(locked)], cwd=REPO, check=True)
+        install = [uv, "pip", "install", "-q", "--python", str(venv / "bin/python")]
+        install += ["-c", str(locked), str(REPO)]
     else:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         install = [str(venv / "bin/python"), "-m", "pip", "install", "-q", str(REPO)]

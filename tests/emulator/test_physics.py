@@ -12,7 +12,7 @@ import orjson
 
 from benchmarks.emulator_ceiling import make_prompt
 from sglang_emulator.vocab import Vocab
-from tests.support import TOKENIZER_DIR
+from tests.support import TOKENIZER_DIR, wait_until
 from tests.support.emulator import KV_POOR_RETRACTING, EmulatorFactory
 
 
@@ -109,6 +109,11 @@ def test_output_length_follows_the_requests_max_new_tokens(emu_factory: Emulator
     assert 250 < other < 600, other
 
 
+def _running(emu: Any) -> int:
+    """Requests the emulator is running now (its ``/v1/loads``)."""
+    return sum(int(x["num_running_reqs"]) for x in emu.client.get("/v1/loads").json()["loads"])
+
+
 def test_idle_time_and_lost_lag_are_counted_apart(emu_factory: EmulatorFactory) -> None:
     """/emulator/stats splits wall time the server did no simulated work into idle (nothing
     sent to it) and lag lost (the emulator stalled behind its scaled clock), so a benchmark can
@@ -133,9 +138,9 @@ def test_idle_time_and_lost_lag_are_counted_apart(emu_factory: EmulatorFactory) 
 
     # A stall while decoding (the process stopped for 0.6 s) is lag lost, not idle time.
     def stall() -> None:
-        time.sleep(0.15)
+        wait_until(lambda: _running(emu) > 0, timeout_s=30, interval_s=0.01)  # decoding now
         os.kill(emu.proc.pid, signal.SIGSTOP)
-        time.sleep(0.6)
+        time.sleep(0.6)  # the stall itself
         os.kill(emu.proc.pid, signal.SIGCONT)
 
     stopper = threading.Thread(target=stall)

@@ -15,7 +15,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +24,8 @@ import pytest
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.sglang.chat_response import ChatRequest, served_message
 from eagle3_datagen.sglang.client import _error_message
-from tests.support import REPO, TOKENIZER_DIR, health_codes
+from eagle3_datagen.sglang.load import parse_loads
+from tests.support import REPO, TOKENIZER_DIR, health_codes, wait_until
 from tests.support.emulator import EmulatorFactory, EmulatorProcess
 
 FIXTURES = REPO / "tests" / "fixtures" / "sglang-0.5.23"
@@ -177,6 +177,12 @@ def our_calls(tok: ChatTokenizer, case: dict[str, Any], output_ids: list[int]) -
     return calls_of(message)
 
 
+def _in_flight(url: str, headers: dict[str, str]) -> int:
+    """Requests the server holds, running or queued (its ``/v1/loads``)."""
+    load = parse_loads(httpx.get(f"{url}/v1/loads", headers=headers, timeout=5.0).content)
+    return load.running + load.queued
+
+
 def send(url: str, req: dict[str, Any]) -> httpx.Response:
     kw: dict[str, Any] = {"headers": req.get("headers", {}), "timeout": 60.0}
     if "body" in req:
@@ -218,12 +224,14 @@ def test_http_answer_agrees(
     emu = emulators[replay_flags(name, fixture)]
     request = substitute(fixture["request"])
     held: list[threading.Thread] = []
-    for bg in substitute(fixture.get("background", [])):
+    background = substitute(fixture.get("background", []))
+    for bg in background:
         t = threading.Thread(target=send, args=(emu.url, bg), daemon=True)
         t.start()
         held.append(t)
-    if held:
-        time.sleep(1.0)
+    if held:  # the request meets them in the server (running or queued), as it did in SGLang
+        headers = background[0].get("headers", {})
+        wait_until(lambda: _in_flight(emu.url, headers) >= len(held), timeout_s=30)
     got = send(emu.url, request)
     for t in held:
         t.join(30)

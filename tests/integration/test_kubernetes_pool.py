@@ -102,6 +102,8 @@ def _placeholders(manifest: dict[str, Any], ids: dict[str, str]) -> dict[str, An
     for var in container["env"]:
         if var["name"].startswith("PREFECT_SERVER_"):  # the test harness's own server settings
             continue
+        if var["name"] == "PREFECT_HOME":  # the test session's own (tests/conftest.py)
+            continue
         if var["name"] == "PREFECT_API_URL":
             var = {**var, "value": "<PREFECT_API_URL>"}
         env.append(var)

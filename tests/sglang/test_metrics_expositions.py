@@ -26,3 +26,12 @@ def test_a_routers_exposition_is_recognised_not_read() -> None:
     text = ROUTER.read_text()
     with pytest.raises(NotSGLangMetrics, match=r"a router's \(sglang-router: sgl_router_\*\)"):
         parse_metrics(text)
+
+
+def test_a_page_that_is_not_prometheus_text_is_named_so() -> None:
+    # A proxy's HTML where /metrics should be: one short reason, not a parse error's traceback.
+    html = "<!doctype html><html><body>" + "x" * 500 + "</body></html>\n"
+    with pytest.raises(NotSGLangMetrics, match=r"^not Prometheus text \(") as caught:
+        parse_metrics(html)
+    assert len(str(caught.value)) < 150
+    assert metrics_kind(html) == str(caught.value)

@@ -256,7 +256,7 @@ def test_reap_orphans_kills_server_of_sigkilled_owner(tmp_path: Path, cleanup: C
     assert reap_orphans(state) == []  # owner alive: not an orphan
     owner.send_signal(signal.SIGKILL)
     owner.wait()
-    time.sleep(0.3)
+    time.sleep(0.3)  # a gap, not a wait: whatever would kill the server on its own has its chance
     assert pid_alive(server_pid)  # nothing else killed it
     assert reap_orphans(state, grace_s=5) == [server_pid]  # the next run
     assert wait_gone(server_pid, 2.0)

@@ -1,3 +1,11 @@
+"""The server budget's admission order, on one event loop with no I/O.
+
+``await asyncio.sleep(0.01)`` here is not a wait for something outside: it hands the loop a turn
+so every task that can move does (tasks woken by a release or a new limit run before the sleep
+returns), and the assertions after it are on what the budget let through, including what it must
+not have let through, which no condition can be waited for.
+"""
+
 import asyncio
 
 import pytest

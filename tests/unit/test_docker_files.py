@@ -47,14 +47,12 @@ def _compose() -> dict[str, Any]:
     return yaml.safe_load(COMPOSE_FILE.read_text())
 
 
-def _pinned(package: str) -> str:
-    """The ``==`` version of ``package`` in pyproject.toml's dependencies."""
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    for dep in deps:
-        name, _, version = dep.partition("==")
-        if name.strip() == package:
-            return version.strip()
-    raise AssertionError(f"{package} is not pinned in pyproject.toml")
+def _locked(package: str) -> str:
+    """The version of ``package`` in uv.lock (pyproject.toml's dependencies are ranges)."""
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
+    versions = {p["version"] for p in lock["package"] if p["name"] == package}
+    assert len(versions) == 1, f"uv.lock: {package}: {sorted(versions) or 'not locked'}"
+    return versions.pop()
 
 
 def _volume_sources(service: dict[str, Any]) -> dict[str, str]:
@@ -167,7 +165,7 @@ def test_postgres_and_prefect_server() -> None:
 
     server = services["prefect-server"]
     # Workers run the locked Prefect; the server must speak the same API.
-    assert server["image"] == f"prefecthq/prefect:{_pinned('prefect')}-python3.11"
+    assert server["image"] == f"prefecthq/prefect:{_locked('prefect')}-python3.11"
     env = server["environment"]
     assert env["PREFECT_SERVER_DATABASE_CONNECTION_URL"].startswith("postgresql+asyncpg://")
     assert "@postgres:5432/" in env["PREFECT_SERVER_DATABASE_CONNECTION_URL"]

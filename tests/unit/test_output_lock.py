@@ -16,6 +16,7 @@ import pytest
 
 from eagle3_datagen.errors import OutputLockedError
 from eagle3_datagen.write.lock import LOCKS_DIR, PartitionLocks
+from tests.support import wait_until
 
 # A run in another process: takes the locks, says so, holds them for HOLD_S, then releases.
 HOLDER = textwrap.dedent(
@@ -116,8 +117,8 @@ def test_lock_of_a_killed_run_not_yet_reaped_is_taken_over(tmp_path: Path) -> No
     proc = _holder(tmp_path, "a", "run-1")
     _wait_held(proc)
     os.kill(proc.pid, signal.SIGKILL)
-    while Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
-        time.sleep(0.01)
+    stat = Path(f"/proc/{proc.pid}/stat")
+    wait_until(lambda: stat.read_text().rpartition(")")[2].split()[0] == "Z", timeout_s=30)
     os.kill(proc.pid, 0)  # still signalable: the old check counted it alive
     try:
         with PartitionLocks(tmp_path, ["a"], run_id="run-2") as locks:
@@ -159,10 +160,9 @@ def test_holder_renews_its_lease_and_notices_a_takeover(tmp_path: Path) -> None:
     path = tmp_path / LOCKS_DIR / "a.lock"
     old = time.time() - 100
     os.utime(path, (old, old))
-    time.sleep(0.5)
-    assert path.stat().st_mtime > old + 50  # the renewer touched it
+    wait_until(lambda: path.stat().st_mtime > old + 50, timeout_s=30)  # the renewer touched it
     _foreign_lock(tmp_path, "a", age_s=0)  # another run took it over
-    time.sleep(0.5)
+    wait_until(lambda: locks.lost, timeout_s=30)
     assert locks.lost == ["a"]
     locks.release()
     assert path.exists()  # the other run's lock is not ours to remove

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import aiohttp
 import orjson
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 # SGLang 0.5.23 metric names (sglang/srt/observability/metrics_collector.py).
 _NAMES = {
@@ -49,26 +51,20 @@ class LoadSample:
 def parse_metrics(text: str) -> LoadSample:
     """The load from a Prometheus text body; series of one name (DP ranks) are summed, the
     token usage is their maximum."""
+    families = _families(text)
     sums: dict[str, float] = {}
     usage = 0.0
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        name_labels, _, value = line.rpartition(" ")
-        name = name_labels.partition("{")[0]
-        key = _NAMES.get(name)
-        if key is None:
-            continue
-        try:
-            v = float(value)
-        except ValueError:
-            continue
-        if key == "token_usage":
-            usage = max(usage, v)
-        else:
-            sums[key] = sums.get(key, 0.0) + v
+    for family in families:
+        for sample in family.samples:
+            key = _NAMES.get(sample.name)
+            if key is None:
+                continue
+            if key == "token_usage":
+                usage = max(usage, sample.value)
+            else:
+                sums[key] = sums.get(key, 0.0) + sample.value
     if "running" not in sums:
-        raise NotSGLangMetrics(metrics_kind(text))
+        raise NotSGLangMetrics(_kind(families))
     return LoadSample(
         running=int(sums.get("running", 0)),
         queued=int(sums.get("queued", 0)),
@@ -84,20 +80,33 @@ class NotSGLangMetrics(ValueError):
     """A ``/metrics`` body without SGLang's series; the message says whose it looks like."""
 
 
+def _families(text: str) -> list[Metric]:
+    """The exposition's families, read by prometheus_client's own parser (SGLang's exposition
+    is written by prometheus_client); a body that is not Prometheus text (a proxy's HTML page)
+    is :class:`NotSGLangMetrics`."""
+    try:
+        return list(text_string_to_metric_families(text))
+    except ValueError as err:
+        raise NotSGLangMetrics(f"not Prometheus text ({str(err)[:100]})") from err
+
+
 def metrics_kind(text: str) -> str:
     """Whose exposition ``text`` looks like, for the one warning: SGLang's, sglang-router's, or
     another's (named by its first few metric names)."""
-    names: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            names.append(line.split()[2])
-        elif line and line[0] != "#":
-            names.append(line.partition("{")[0].partition(" ")[0])
+    try:
+        return _kind(_families(text))
+    except NotSGLangMetrics as err:
+        return str(err)
+
+
+def _kind(families: list[Metric]) -> str:
+    """SGLang's, a router's, or another's, by the names of the families and their samples."""
+    names = [f.name for f in families] + [s.name for f in families for s in f.samples]
     if "sglang:num_running_reqs" in names:
         return "SGLang's"
     if any(n.startswith("sgl_router_") for n in names):
         return "a router's (sglang-router: sgl_router_*)"
-    shown = ", ".join(list(dict.fromkeys(names))[:3])
+    shown = ", ".join(list(dict.fromkeys(f.name for f in families))[:3])
     return f"not SGLang's (first names: {shown or 'none'})"
 
 
