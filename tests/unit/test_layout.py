@@ -126,7 +126,8 @@ def test_the_library_knows_no_prefect_wording():
 
 def test_installed_names_are_the_projects_own():
     """Every top-level name the wheel installs starts with the project's name (or is the
-    emulator's), and the checkout's flows/ and tasks/ are the packages that install."""
+    emulator's), the checkout's flows/ and tasks/ are the packages that install, and the
+    command is the command-line package's."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
     names = {Path(p).name for p in packages}
@@ -135,11 +136,14 @@ def test_installed_names_are_the_projects_own():
         "sglang_emulator",
         "eagle3_datagen_flows",
         "eagle3_datagen_tasks",
+        "eagle3_datagen_cli",
     }
     assert (ROOT / "src/eagle3_datagen_flows").resolve() == ROOT / "flows"
     assert (ROOT / "src/eagle3_datagen_tasks").resolve() == ROOT / "tasks"
     script = pyproject["project"]["scripts"]["eagle3-datagen"]
-    assert script.split(":")[0].split(".")[0] == "eagle3_datagen_flows"
+    assert script == "eagle3_datagen_cli.main:main"
+    assert (ROOT / "src/eagle3_datagen_cli").is_dir()
+    assert not (ROOT / "src/eagle3_datagen_cli").is_symlink()
 
 
 def _functions() -> list[tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef]]:

@@ -47,9 +47,9 @@ def run_pipeline(
     With ``fan_out`` (a deployment name), each partition instead runs as a job of that
     deployment on its work pool's workers, and this process only waits and merges. SIGINT or
     SIGTERM stops the run within seconds, marks it Cancelled and raises
-    :class:`~eagle3_datagen_flows.interrupt.Interrupted` (see ``flows/interrupt.py``).
+    :class:`~eagle3_datagen_cli.prefect_server.Interrupted` (see ``prefect_server.py``).
     """
-    from eagle3_datagen_flows.interrupt import (
+    from eagle3_datagen_cli.prefect_server import (
         Interrupted,
         mark_cancelled,
         stop_on_signals,
@@ -57,7 +57,7 @@ def run_pipeline(
     )
 
     _prefect_env()
-    from eagle3_datagen_flows.console import quiet_console_tracebacks
+    from eagle3_datagen_cli.console import quiet_console_tracebacks
 
     quiet_console_tracebacks()
     runs: list[Any] = []  # the flow run, once Prefect says how it ended (its hooks)
@@ -123,7 +123,7 @@ def _failed(state: Any) -> str:
 
 
 def _quiet_interrupts(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    from eagle3_datagen_flows.interrupt import Interrupted
+    from eagle3_datagen_cli.prefect_server import Interrupted
 
     err = context.get("exception")
     if not isinstance(err, Interrupted | asyncio.CancelledError):
@@ -239,7 +239,7 @@ def _prefect_api() -> Iterator[str]:
     import httpx
     from prefect.settings import PREFECT_API_URL
 
-    from eagle3_datagen_flows.interrupt import local_database, temporary_prefect_server
+    from eagle3_datagen_cli.prefect_server import local_database, temporary_prefect_server
 
     _prefect_env()
     url = PREFECT_API_URL.value()
@@ -263,7 +263,7 @@ def _prefect_api() -> Iterator[str]:
 
 def cmd_failures(args: argparse.Namespace) -> int:
     """A run's failed batches from the Prefect API (PREFECT_API_URL, or the local database)."""
-    from eagle3_datagen_flows.ops import failed_batches, failures_text
+    from eagle3_datagen_cli.failures import failed_batches, failures_text
 
     with _prefect_api() as where:
         found = asyncio.run(failed_batches(args.flow_run, where, all_attempts=args.all_attempts))
@@ -273,7 +273,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
 
 def cmd_alarm_install(args: argparse.Namespace) -> int:
     """The shipped automations (throughput low, run failed) with a named notification block."""
-    from eagle3_datagen_flows.ops import ALARM_FILES, install_alarms
+    from eagle3_datagen_cli.failures import ALARM_FILES, install_alarms
 
     with _prefect_api():
         done = asyncio.run(
@@ -285,7 +285,7 @@ def cmd_alarm_install(args: argparse.Namespace) -> int:
 
 def cmd_alarm_unschedulable(args: argparse.Namespace) -> int:
     """The automations that fail a run whose Kubernetes pod stays unschedulable."""
-    from eagle3_datagen_flows.ops import install_unschedulable
+    from eagle3_datagen_cli.failures import install_unschedulable
 
     with _prefect_api():
         done = asyncio.run(install_unschedulable(args.minutes))
@@ -504,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         print("eagle3-datagen: interrupted", file=sys.stderr)
         return 130
     except Exception as err:
-        from eagle3_datagen_flows.interrupt import Interrupted
+        from eagle3_datagen_cli.prefect_server import Interrupted
 
         if not isinstance(err, Interrupted):
             raise
