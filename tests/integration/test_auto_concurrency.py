@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen_cli.main import run_pipeline
+from eagle3_datagen_cli.flow_run import run_pipeline
 from eagle3_datagen_flows.auto_concurrency import AUTO_CONCURRENCY_KEY, LIMIT_EVENT
 from tests.support.front import FrontProcess
 from tests.support.pipeline import base_config, records
