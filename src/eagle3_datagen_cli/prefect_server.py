@@ -65,7 +65,7 @@ def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
         try:
             yield None
         finally:
-            _drain()
+            drain()
         return
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -106,7 +106,7 @@ def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
             finally:
                 # While the server is there: otherwise the queues' workers retry against a
                 # stopped server for a minute at exit.
-                _drain()
+                drain()
     finally:
         proc.terminate()
         try:
@@ -127,11 +127,15 @@ def local_database() -> Path | None:
     return Path(path) if scheme.startswith("sqlite") and path else None
 
 
-def _drain() -> None:
-    """Send the logs and events still queued (Prefect's background workers)."""
-    from prefect._internal.concurrency.services import QueueService
+def drain() -> None:
+    """Send the logs and events still queued: stop Prefect's log and event workers (they start
+    again when next needed), waiting up to 15 s each. Their public classes, not the internal
+    queue service base they share (tests/unit/test_prefect_server.py checks this holds)."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
 
-    QueueService.drain_all(timeout=15)
+    for worker in (APILogWorker, EventsWorker):
+        worker.drain_all(timeout=15)
 
 
 def _wait_health(api: str, proc: subprocess.Popen[Any], timeout_s: float, log: Path) -> None:
