@@ -152,7 +152,7 @@ def fan_out(srv: PrefectServer, pg: Postgres, config: Path, offset: int) -> dict
     artifacts_before = len(srv.post("/artifacts/filter", {"limit": 200}))
     started = time.monotonic()
     run = subprocess.run(
-        [sys.executable, "-m", "eagle3_datagen_flows.cli", "run", str(config), "--fan-out"],
+        [sys.executable, "-m", "eagle3_datagen_cli.main", "run", str(config), "--fan-out"],
         cwd=REPO,
         env=srv.env,
         capture_output=True,

@@ -27,6 +27,7 @@ MODULES = [
     "sglang_emulator",
     "eagle3_datagen_flows.pipeline",
     "eagle3_datagen_tasks.batch",
+    "eagle3_datagen_cli.main",
 ]
 
 

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow, get_run_logger, tags
-from prefect.artifacts import acreate_table_artifact
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import get_run_context
@@ -33,12 +32,6 @@ from eagle3_datagen.errors import OutputWriteError
 from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.precheck import RunCheck, check_before_server
 from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
-from eagle3_datagen.report.history import (
-    append_history,
-    history_entry,
-    history_rows,
-    read_history,
-)
 from eagle3_datagen.report.outcome import RunOutcome
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import keeps_name, run_name
@@ -188,42 +181,6 @@ async def _this_run(names: list[str], logger: LogSink) -> FlowRun:
     return flow_run
 
 
-HISTORY_KEY = "datagen-history"
-HISTORY_ROWS = 60  # the table artifact's latest rows (the file keeps every run)
-
-
-async def _record_history(
-    config: PipelineConfig,
-    meter: RunMeter,
-    outcome: RunOutcome,
-    flow_run: FlowRun,
-    started: datetime,
-) -> None:
-    """The run's line of ``history.jsonl`` and the directory's history table artifact; only
-    for a run that generated (one stopped before its partitions started made no numbers)."""
-    if not any(meter.progress(name) for name in outcome.names):
-        return
-    try:
-        entry = history_entry(
-            config.output_dir,
-            meter,
-            outcome.final_states(),
-            run_id=str(flow_run.id),
-            run_name=flow_run.name,
-            started=started,
-            ended=datetime.now(UTC),
-            deployment=current_deployment.name,
-            attempt=flow_run.run_count or 1,
-        )
-        append_history(config.output_dir, entry)
-        table = history_rows(read_history(config.output_dir))[-HISTORY_ROWS:]
-        await acreate_table_artifact(
-            table, key=HISTORY_KEY, description=f"runs into {config.output_dir}, latest last"
-        )
-    except Exception as err:  # reports must never fail a run that generated its data
-        get_run_logger().warning(f"run history not written: {err}")
-
-
 def _locks(config: PipelineConfig, names: list[str], flow_run: FlowRun) -> PartitionLocks:
     """One writer per partition, held under this run's id and name (another run's message
     names who holds it)."""
@@ -309,7 +266,7 @@ async def datagen(
     finally:
         await report.summary(config.output_dir)
         locks.release()
-        await _record_history(config, meter, outcome, flow_run, started)
+        await report.record_history(config.output_dir, started)
     failure = outcome.failure()
     if failure is not None:
         raise failure

@@ -1,7 +1,8 @@
 """What the parent flow shows in Prefect while and after it runs: the live progress table, the
-throughput alarm (log line, event, artifact), the failed-batches links, the data pictures and the
-summary table. The wording and the outcome policy are the library's (``report/``); this module
-only hands them to Prefect's artifact and event APIs, and no failure here fails a run.
+throughput alarm (log line, event, artifact), the failed-batches links, the data pictures, the
+summary table and the run's line of the output directory's history. The wording and the
+outcome policy are the library's (``report/``); this module only hands them to Prefect's
+artifact and event APIs, and no failure here fails a run.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -30,12 +32,19 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import FlowRun
 from prefect.events import emit_event
+from prefect.runtime import deployment as current_deployment
 from prefect.settings import PREFECT_UI_URL
 from prefect.states import State
 
 from eagle3_datagen.config import PipelineConfig, ThroughputAlarm
 from eagle3_datagen.report.data_picture import picture_description, picture_markdown
 from eagle3_datagen.report.dataset_card import refresh_dataset_card
+from eagle3_datagen.report.history import (
+    append_history,
+    history_entry,
+    history_rows,
+    read_history,
+)
 from eagle3_datagen.report.outcome import RunOutcome
 from eagle3_datagen.report.probe import Baseline, ThroughputProbe
 from eagle3_datagen.report.throughput import (
@@ -138,6 +147,8 @@ async def _failed_batch_links(states: dict[str, State[Any]]) -> dict[str, tuple[
 
 
 SUPERSEDED = "Superseded"
+HISTORY_KEY = "datagen-history"
+HISTORY_ROWS = 60  # the table artifact's latest rows (the file keeps every run)
 
 
 async def _mark_earlier_attempts(flow_run: FlowRun) -> None:
@@ -247,3 +258,28 @@ class RunReport:
             await self._update_progress(self.outcome.final_states())
         except Exception as err:
             get_run_logger().warning(f"run summary artifact not written: {err}")
+
+    async def record_history(self, output_dir: str, started: datetime) -> None:
+        """The run's line of ``history.jsonl`` and the directory's history table artifact; only
+        for a run that generated (one stopped before its partitions started made no numbers)."""
+        if not any(self.meter.progress(name) for name in self.outcome.names):
+            return
+        try:
+            entry = history_entry(
+                output_dir,
+                self.meter,
+                self.outcome.final_states(),
+                run_id=str(self.flow_run.id),
+                run_name=self.flow_run.name,
+                started=started,
+                ended=datetime.now(UTC),
+                deployment=current_deployment.name,
+                attempt=self.flow_run.run_count or 1,
+            )
+            append_history(output_dir, entry)
+            table = history_rows(read_history(output_dir))[-HISTORY_ROWS:]
+            await acreate_table_artifact(
+                table, key=HISTORY_KEY, description=f"runs into {output_dir}, latest last"
+            )
+        except Exception as err:  # reports must never fail a run that generated its data
+            get_run_logger().warning(f"run history not written: {err}")

@@ -126,7 +126,7 @@ def test_fan_out_runs_each_partition_once_across_two_workers(
         tmp_path, "xyz", slots=4, decode_ms=5, in_flight=8, out="shared-out"
     )
     run = subprocess.run(
-        [sys.executable, "-m", "eagle3_datagen_flows.cli", "run", str(cfg), "--fan-out"],
+        [sys.executable, "-m", "eagle3_datagen_cli.main", "run", str(cfg), "--fan-out"],
         cwd=REPO,
         env=srv.env,
         capture_output=True,
@@ -214,7 +214,7 @@ def test_ctrl_c_of_a_fan_out_cancels_its_jobs_on_the_workers(
     log = tmp_path / "cli.log"
     with log.open("wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "eagle3_datagen_flows.cli", "run", str(cfg), "--fan-out"],
+            [sys.executable, "-m", "eagle3_datagen_cli.main", "run", str(cfg), "--fan-out"],
             cwd=REPO,
             env=srv.env,
             stdout=fh,

@@ -85,7 +85,7 @@ def runs(
 def datagen_cli(srv: PrefectServer, *args: str) -> str:
     """``eagle3-datagen ARGS`` against the test's Prefect server."""
     proc = subprocess.run(
-        [sys.executable, "-m", "eagle3_datagen_flows.cli", *args],
+        [sys.executable, "-m", "eagle3_datagen_cli.main", *args],
         cwd=REPO,
         env=srv.env,
         capture_output=True,

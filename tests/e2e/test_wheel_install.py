@@ -62,6 +62,7 @@ def test_the_wheel_installs_only_the_projects_names(installed: Path):
         "eagle3_datagen",
         "eagle3_datagen_flows",
         "eagle3_datagen_tasks",
+        "eagle3_datagen_cli",
         "sglang_emulator",
     }
     assert "flows" not in names and "tasks" not in names

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen_cli.flow_run import run_pipeline
 from eagle3_datagen_flows.auto_concurrency import AUTO_CONCURRENCY_KEY, LIMIT_EVENT
-from eagle3_datagen_flows.cli import run_pipeline
 from tests.support.front import FrontProcess
 from tests.support.pipeline import base_config, records
 from tests.support.prompts import prompt_ids, write_prompts

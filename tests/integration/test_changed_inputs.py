@@ -19,7 +19,8 @@ import yaml
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.validate.dataset import validate_dataset
 from eagle3_datagen.write.export import export_dataset
-from eagle3_datagen_flows.cli import main, run_pipeline
+from eagle3_datagen_cli.flow_run import run_pipeline
+from eagle3_datagen_cli.main import main
 from tests.support import TOKENIZER_DIR
 from tests.support.emulator import read_ledger
 from tests.support.pipeline import CliRun, base_config, records

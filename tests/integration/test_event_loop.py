@@ -91,7 +91,7 @@ def test_partition_planning_runs_off_the_flows_event_loop(
     thread, so the other subflows start meanwhile. The real flow, in this process; the plan
     function itself is only observed: which thread ran it, and was an event loop running there."""
     import eagle3_datagen_flows.partition as partition_flow
-    from eagle3_datagen_flows.cli import run_pipeline
+    from eagle3_datagen_cli.flow_run import run_pipeline
 
     planned: list[tuple[str, bool]] = []
     plan_partition = partition_flow.plan_partition

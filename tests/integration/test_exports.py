@@ -16,7 +16,8 @@ from eagle3_datagen.demo import demo_config
 from eagle3_datagen.provenance import pipeline_version
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.write.export import export_dataset
-from eagle3_datagen_flows.cli import main, run_pipeline
+from eagle3_datagen_cli.flow_run import run_pipeline
+from eagle3_datagen_cli.main import main
 
 pytestmark = [pytest.mark.usefixtures("prefect_backend"), pytest.mark.tokens]
 

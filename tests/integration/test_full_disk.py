@@ -19,7 +19,7 @@ import pytest
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.validate.dataset import validate_dataset
-from eagle3_datagen_flows.cli import run_pipeline
+from eagle3_datagen_cli.flow_run import run_pipeline
 from tests.support import TOKENIZER_DIR
 from tests.support.pipeline import base_config, records
 from tests.support.prompts import expected_prompt_ids, prompt_ids, write_prompts

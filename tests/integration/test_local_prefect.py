@@ -26,7 +26,7 @@ def _cli(home: Path, *args: str, api: str | None = None) -> subprocess.Completed
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     if api:
         env["PREFECT_API_URL"] = api
-    cmd = [sys.executable, "-m", "eagle3_datagen_flows.cli", *args]
+    cmd = [sys.executable, "-m", "eagle3_datagen_cli.main", *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
 
 

@@ -13,7 +13,8 @@ import yaml
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.report.history import read_history
 from eagle3_datagen.write.lock import LOCKS_DIR
-from eagle3_datagen_flows.cli import main, run_pipeline
+from eagle3_datagen_cli.flow_run import run_pipeline
+from eagle3_datagen_cli.main import main
 from tests.support import free_port
 from tests.support.pipeline import CliRun, base_config
 from tests.support.prompts import write_prompts

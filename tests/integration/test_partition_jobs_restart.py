@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen_flows.cli import run_pipeline
+from eagle3_datagen_cli.flow_run import run_pipeline
 from tests.support.pipeline import base_config, records
 from tests.support.prompts import write_prompts
 

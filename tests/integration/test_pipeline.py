@@ -14,7 +14,7 @@ import pytest
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import demo_config
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen_flows.cli import run_pipeline
+from eagle3_datagen_cli.flow_run import run_pipeline
 from tests.support.emulator import read_ledger
 from tests.support.prompts import expected_prompt_ids
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle3_datagen.config import PipelineConfig, load_config
-from eagle3_datagen_flows.cli import run_pipeline
+from eagle3_datagen_cli.flow_run import run_pipeline
 from tests.support import REPO, free_port
 from tests.support.prompts import expected_prompt_ids
 

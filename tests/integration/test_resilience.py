@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen_flows.cli import run_pipeline
+from eagle3_datagen_cli.flow_run import run_pipeline
 from tests.support.emulator import read_ledger
 from tests.support.pipeline import CliRun, base_config, records, write_config
 from tests.support.prompts import prompt_ids, write_prompts

@@ -30,7 +30,7 @@ from prefect.states import AwaitingRetry
 
 from eagle3_datagen.demo import demo_config
 from eagle3_datagen.report.history import history_rows, read_history
-from eagle3_datagen_flows.ops import failed_batches, failures_text
+from eagle3_datagen_cli.failures import failed_batches, failures_text
 from eagle3_datagen_flows.pipeline import datagen
 from tests.support import free_port
 from tests.support.emulator import EmulatorProcess

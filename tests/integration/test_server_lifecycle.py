@@ -16,7 +16,7 @@ from pydantic import SecretStr
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.processes import pid_alive
-from eagle3_datagen_flows.cli import run_pipeline
+from eagle3_datagen_cli.flow_run import run_pipeline
 from tests.support.emulator import read_ledger
 from tests.support.pipeline import CliRun, base_config
 from tests.support.prompts import write_prompts

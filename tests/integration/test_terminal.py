@@ -95,7 +95,7 @@ def test_failed_batches_read_as_one_line_each(tmp_path: Path) -> None:
     from prefect.settings import PREFECT_API_URL
 
     out = subprocess.run(
-        [sys.executable, "-m", "eagle3_datagen_flows.cli", "failures", _log_id(lines[-1])],
+        [sys.executable, "-m", "eagle3_datagen_cli.main", "failures", _log_id(lines[-1])],
         capture_output=True,
         text=True,
         check=True,

@@ -92,7 +92,7 @@ class CliRun:
         from prefect.settings import PREFECT_API_URL
 
         env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-        cmd = [sys.executable, "-m", "eagle3_datagen_flows.cli", "run", str(config), *args]
+        cmd = [sys.executable, "-m", "eagle3_datagen_cli.main", "run", str(config), *args]
         self.log = log
         with log.open("ab") as out:
             self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -14,7 +14,7 @@ import pytest
 from eagle3_datagen.errors import DatasetError
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.validate.dataset import AuditReport, validate_dataset
-from eagle3_datagen_flows.cli import main
+from eagle3_datagen_cli.main import main
 from tests.support.dataset import (
     TOKENIZER_DIR,
     Batch,

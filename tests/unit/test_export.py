@@ -12,7 +12,7 @@ import pytest
 from eagle3_datagen.errors import DatasetError
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.write.export import ExportOptions, export_dataset
-from eagle3_datagen_flows.cli import main
+from eagle3_datagen_cli.main import main
 from tests.support.dataset import Batch, Tok, make_config, make_fingerprint, write_dataset
 
 

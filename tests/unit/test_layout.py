@@ -126,7 +126,8 @@ def test_the_library_knows_no_prefect_wording():
 
 def test_installed_names_are_the_projects_own():
     """Every top-level name the wheel installs starts with the project's name (or is the
-    emulator's), and the checkout's flows/ and tasks/ are the packages that install."""
+    emulator's), the checkout's flows/ and tasks/ are the packages that install, and the
+    command is the command-line package's."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
     names = {Path(p).name for p in packages}
@@ -135,11 +136,14 @@ def test_installed_names_are_the_projects_own():
         "sglang_emulator",
         "eagle3_datagen_flows",
         "eagle3_datagen_tasks",
+        "eagle3_datagen_cli",
     }
     assert (ROOT / "src/eagle3_datagen_flows").resolve() == ROOT / "flows"
     assert (ROOT / "src/eagle3_datagen_tasks").resolve() == ROOT / "tasks"
     script = pyproject["project"]["scripts"]["eagle3-datagen"]
-    assert script.split(":")[0].split(".")[0] == "eagle3_datagen_flows"
+    assert script == "eagle3_datagen_cli.main:main"
+    assert (ROOT / "src/eagle3_datagen_cli").is_dir()
+    assert not (ROOT / "src/eagle3_datagen_cli").is_symlink()
 
 
 def _functions() -> list[tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef]]:
@@ -178,3 +182,102 @@ def test_flow_functions_stay_short():
     assert len(flows) >= 3, flows  # it saw datagen, generate_partition, datagen_fanout
     long = [f"{p.relative_to(ROOT)}:{n.name} ({_length(n)})" for p, n in flows if _length(n) > 60]
     assert not long, long
+
+
+CLI = ROOT / "src" / "eagle3_datagen_cli"
+ORCHESTRATION = ("flows", "tasks")
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_no_module_in_flows_is_over_300_lines():
+    """flows/ is thin orchestration: a module that grows past 300 lines holds logic that
+    belongs in the library, or two jobs."""
+    modules = sorted((ROOT / "flows").rglob("*.py"))
+    assert len(modules) >= 3, modules
+    long = [f"{p.relative_to(ROOT)} ({_lines(p)} lines)" for p in modules if _lines(p) > 300]
+    assert not long, long
+
+
+def test_the_command_line_is_short_modules_of_short_functions():
+    """The command-line package: modules of at most 300 lines, functions of at most 80."""
+    modules = sorted(CLI.rglob("*.py"))
+    assert {"main.py", "signals.py", "prefect_server.py"} <= {p.name for p in modules}
+    long = [f"{p.relative_to(ROOT)} ({_lines(p)} lines)" for p in modules if _lines(p) > 300]
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _length(node) > 80:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert not long, long
+
+
+@pytest.mark.parametrize("base", ORCHESTRATION)
+def test_the_orchestration_never_imports_the_command_line(base):
+    """The command line starts the flows; a flow or task that imported it would run in a
+    worker with the command's settings and signal handling."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / base).rglob("*.py"))
+        for module, line in _imports(path)
+        if module.split(".")[0] == "eagle3_datagen_cli"
+    ]
+    assert not found, found
+
+
+# Every import of a private Prefect name (a module or name with a leading underscore under
+# ``prefect``) in our code, with the test that fails when an upgrade moves it: "module.name" ->
+# "tests/unit/<file>::<test function>". Empty: the code uses Prefect's public names only.
+# (``eagle3_datagen_cli.prefect_server.drain`` uses public classes' inherited ``drain_all``:
+# tests/unit/test_prefect_server.py guards it.)
+PRIVATE_PREFECT: dict[str, str] = {}
+
+
+def _private_prefect_imports(source: str) -> list[tuple[str, int]]:
+    """``prefect._x`` modules and ``from prefect.y import _z`` names a source imports."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "prefect" and any(p.startswith("_") for p in parts[1:]):
+                found.append((name, node.lineno))
+    return found
+
+
+def test_private_prefect_names_are_listed_with_their_guard():
+    """A private Prefect name may move in any release: each one our code imports is in
+    PRIVATE_PREFECT with the test that checks it is still there, and the list holds no other."""
+    used: dict[str, str] = {}
+    for base in ("src", *ORCHESTRATION):
+        for path in sorted((ROOT / base).rglob("*.py")):
+            for name, line in _private_prefect_imports(path.read_text()):
+                used.setdefault(name, f"{path.relative_to(ROOT)}:{line}")
+    unlisted = {name: where for name, where in used.items() if name not in PRIVATE_PREFECT}
+    assert not unlisted, f"private Prefect imports without a guard in PRIVATE_PREFECT: {unlisted}"
+    assert set(PRIVATE_PREFECT) <= set(used), "listed but no longer imported: remove them"
+    for name, guard in PRIVATE_PREFECT.items():
+        file, _, test = guard.partition("::")
+        assert f"def {test}(" in (ROOT / file).read_text(), f"{name}: no guard {guard}"
+
+
+def test_the_private_import_check_sees_one():
+    """The check above is not blind: a private module and a private name are both found."""
+    source = (
+        "from prefect._internal.concurrency.services import QueueService\n"
+        "from prefect.utilities import _secret\n"
+        "import prefect.flows\n"
+        "def f():\n"
+        "    import prefect._vendor\n"
+    )
+    assert [name for name, _ in _private_prefect_imports(source)] == [
+        "prefect._internal.concurrency.services.QueueService",
+        "prefect.utilities._secret",
+        "prefect._vendor",
+    ]

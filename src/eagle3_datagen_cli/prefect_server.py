@@ -1,23 +1,16 @@
-"""Ctrl-C and SIGTERM for a run started from the command line: stop within seconds, cleanly.
+"""The Prefect API a command talks to: ``PREFECT_API_URL``'s, or else a temporary server that
+this command starts itself.
 
-A terminal's Ctrl-C sends SIGINT to its whole process group. Prefect's temporary API server
+A terminal's Ctrl-C sends SIGINT to its whole process group. Prefect's own temporary API server
 (started when ``PREFECT_API_URL`` is unset) is a child in that group, so it used to die first
-and every later log and state call failed with a traceback, while the run went on. So:
-
-- :func:`temporary_prefect_server` starts that server itself, in its own session (a group's
-  SIGINT does not reach it) and with a parent-death signal (a SIGKILLed CLI does not leave it
-  behind), and stops it when the command ends;
-- :func:`stop_on_signals` turns the first SIGINT or SIGTERM into a cancellation of the flow's
-  task: the flow's own ``finally`` blocks stop the server it launched and write the summary,
-  the API is still there to record it, and the command exits 130 with one line. The launched
-  SGLang server runs in its own session too (``sglang/process.py``), so only the run stops it;
-- :func:`mark_cancelled` then sets the run and its unfinished subflows Cancelled (Prefect
-  records a cancelled task as Crashed).
+and every later log and state call failed with a traceback, while the run went on. So
+:func:`temporary_prefect_server` starts that server itself, in its own session (a group's
+SIGINT does not reach it) and with a parent-death signal (a SIGKILLed command does not leave it
+behind), and stops it when the command ends; ``signals.py`` does the stopping of the run.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import os
@@ -28,20 +21,22 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-T = TypeVar("T")
+from eagle3_datagen.errors import ConfigError
+
 _PR_SET_PDEATHSIG = 1
 
 
-class Interrupted(Exception):
-    """The run was stopped by a signal; ``signum`` says which."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
+def prefect_env() -> None:
+    """The Prefect settings a command-line run needs, unless the environment says otherwise."""
+    # Telemetry writes race the embedded SQLite database ("database is locked").
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "eagle3_datagen")
+    # The embedded backend migrates a new SQLite database on first start: ~20 s on 2 cores.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -70,7 +65,7 @@ def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
         try:
             yield None
         finally:
-            _drain()
+            drain()
         return
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -111,7 +106,7 @@ def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
             finally:
                 # While the server is there: otherwise the queues' workers retry against a
                 # stopped server for a minute at exit.
-                _drain()
+                drain()
     finally:
         proc.terminate()
         try:
@@ -132,11 +127,15 @@ def local_database() -> Path | None:
     return Path(path) if scheme.startswith("sqlite") and path else None
 
 
-def _drain() -> None:
-    """Send the logs and events still queued (Prefect's background workers)."""
-    from prefect._internal.concurrency.services import QueueService
+def drain() -> None:
+    """Send the logs and events still queued: stop Prefect's log and event workers (they start
+    again when next needed), waiting up to 15 s each. Their public classes, not the internal
+    queue service base they share (tests/unit/test_prefect_server.py checks this holds)."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
 
-    QueueService.drain_all(timeout=15)
+    for worker in (APILogWorker, EventsWorker):
+        worker.drain_all(timeout=15)
 
 
 def _wait_health(api: str, proc: subprocess.Popen[Any], timeout_s: float, log: Path) -> None:
@@ -159,55 +158,29 @@ def _wait_health(api: str, proc: subprocess.Popen[Any], timeout_s: float, log: P
         time.sleep(0.2)
 
 
-async def stop_on_signals(work: Awaitable[T]) -> T:
-    """Await ``work``; the first SIGINT or SIGTERM cancels it and raises :class:`Interrupted`
-    once it has unwound (a second signal while it unwinds is ignored: the stop is under way)."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(work)
-    got: list[int] = []
+@contextlib.contextmanager
+def prefect_api() -> Iterator[str]:
+    """The Prefect API a command reads: PREFECT_API_URL's, or else Prefect's local database
+    (where runs started without PREFECT_API_URL are) through the temporary server; yields what
+    to call it. An API that cannot be reached, or no local database, is one line."""
+    import httpx
+    from prefect.settings import PREFECT_API_URL
 
-    def on_signal(signum: int) -> None:
-        if not got:
-            got.append(signum)
-            task.cancel()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, on_signal, signum)
-    try:
-        return await task
-    except BaseException as err:
-        if got:
-            raise Interrupted(got[0]) from err
-        raise
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
-
-
-async def mark_cancelled(flow_run_id: Any, why: str) -> None:
-    """Set the flow run, and its subflows that did not finish, Cancelled with ``why``.
-
-    A fan-out's partition jobs are deployment runs that workers run in their own processes:
-    a running one is set Cancelling, which is what makes its worker stop the job's process
-    (whose hooks stop its server) and then mark it Cancelled; Cancelled straight away would
-    leave it generating on its node. One not yet running is set Cancelled."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
-    from prefect.states import Cancelled, Cancelling
-
-    async with get_client() as client:
-        subs = await client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(
-                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id])
+    prefect_env()
+    url = PREFECT_API_URL.value()
+    where = f"the Prefect API at {url}"
+    if not url:
+        database = local_database()
+        if database is not None and not database.exists():
+            raise ConfigError(
+                f"nothing to read: PREFECT_API_URL is not set and Prefect's local database "
+                f"{database} does not exist (no run without PREFECT_API_URL was made here)"
             )
-        )
-        for run in [*subs, await client.read_flow_run(flow_run_id)]:
-            done = run.state is not None and run.state.is_completed()
-            job = run.deployment_id is not None and run.id != flow_run_id
-            if done or (job and run.state is not None and run.state.is_final()):
-                continue  # a job that ended on its own keeps its own end
-            # A job a worker runs is stopped through its worker; one not yet running is not
-            # picked up once Cancelled.
-            running = job and run.state is not None and run.state.is_running()
-            state: Any = Cancelling(message=why) if running else Cancelled(message=why)
-            await client.set_flow_run_state(run.id, state, force=True)
+        where = f"Prefect's local database {database} (PREFECT_API_URL is not set)"
+    try:
+        with temporary_prefect_server():
+            yield where
+    except httpx.TransportError as err:
+        raise ConfigError(
+            f"cannot reach {where}: {err or type(err).__name__}; is the server running?"
+        ) from None

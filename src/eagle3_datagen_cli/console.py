@@ -1,4 +1,5 @@
-"""The terminal of a command-line run: a log record without its traceback.
+"""The terminal of a command-line run: a log record without its traceback, a message as one
+line.
 
 Prefect logs every failed task and flow with its traceback (a batch that failed is four levels
 deep), to the terminal and to the API alike. A person at a terminal needs what happened, one
@@ -10,6 +11,11 @@ with its own handler before the console sees it.
 from __future__ import annotations
 
 import logging
+
+
+def one_line(text: str) -> str:
+    """A message as one terminal line (whitespace runs folded, at most 2000 characters)."""
+    return " ".join(str(text).split())[:2000]
 
 
 class OneLineFormatter(logging.Formatter):

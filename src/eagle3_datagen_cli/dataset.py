@@ -1,0 +1,136 @@
+"""``eagle3-datagen validate``, ``export`` and ``history``: a finished dataset, read offline
+(no Prefect, no server)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from eagle3_datagen.errors import ConfigError
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    import orjson
+
+    from eagle3_datagen.validate.dataset import validate_dataset
+
+    report = validate_dataset(args.dataset, tokenizer=args.tokenizer, inputs=args.input)
+    if args.json:
+        print(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        print("\n".join(report.lines()))
+    return 0 if report.ok else 1
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from eagle3_datagen.write.export import ExportOptions, export_dataset
+
+    options = ExportOptions(
+        truncated="drop" if args.skip_truncated else args.truncated,
+        over_length=args.over_length,
+        max_length=args.max_length,
+        validation=args.validation,
+        split_seed=args.split_seed,
+    )
+    result = export_dataset(
+        args.dataset, args.format, args.output, options=options, tokenizer=args.tokenizer
+    )
+    print("\n".join(result.report()))
+    parts = ", ".join(f"{k}={v}" for k, v in result.written.items())
+    skipped = f", {result.skipped_truncated} truncated skipped" if result.skipped_truncated else ""
+    print(f"exported {result.total} records ({parts}){skipped} as {args.format} -> {result.path}")
+    print(f"metadata and report: {result.metadata_path}, {result.report_path}")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """The runs recorded in output directories, side by side (no Prefect: read from disk)."""
+    from eagle3_datagen.report.history import history_rows, history_text, read_history
+
+    entries = [e for d in args.dataset for e in read_history(d)]
+    if not entries:
+        raise ConfigError(f"no runs recorded in {', '.join(args.dataset)} (no history.jsonl)")
+    rows = history_rows(entries, args.partition, all_attempts=args.all_attempts)
+    print(history_text(rows[-args.last :] if args.last else rows))
+    return 0
+
+
+def _add_validate(sub: Any) -> None:
+    validate = sub.add_parser(
+        "validate", help="re-validate every record of a finished dataset (exit 1 if any fails)"
+    )
+    validate.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    validate.add_argument(
+        "--tokenizer", metavar="PATH", help="tokenizer path, if it moved since the run"
+    )
+    validate.add_argument("--json", action="store_true", help="print the report as JSON")
+    validate.add_argument(
+        "--input",
+        action="store_true",
+        help="also check the dataset against its input files (the paths in the manifest): "
+        "unchanged, every line once, every record's prompt the current line's",
+    )
+    validate.set_defaults(func=cmd_validate)
+
+
+def _add_export(sub: Any) -> None:
+    export = sub.add_parser("export", help="write a dataset as a trainer's JSONL")
+    export.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    export.add_argument("--format", required=True, choices=["specforge", "speculators"])
+    export.add_argument("--output", required=True, metavar="PATH", help="JSONL file to write")
+    export.add_argument(
+        "--truncated",
+        choices=["keep", "drop", "refuse"],
+        default="keep",
+        help="length-truncated records: keep (listed in the metadata), drop, or refuse to export",
+    )
+    export.add_argument("--skip-truncated", action="store_true", help="same as --truncated drop")
+    export.add_argument(
+        "--max-length",
+        type=int,
+        metavar="N",
+        help="the trainer's max length (default: its own, SpecForge 2048, speculators 8192)",
+    )
+    export.add_argument(
+        "--over-length",
+        choices=["keep", "drop", "refuse"],
+        default="keep",
+        help="records longer than --max-length, which the trainer clips: keep (reported), "
+        "drop, or refuse to export",
+    )
+    export.add_argument(
+        "--validation",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="hold out this fraction of conversations (all their turns and samples) in "
+        "<output stem>.validation.jsonl",
+    )
+    export.add_argument("--split-seed", type=int, default=0, help="seed of the validation split")
+    export.add_argument(
+        "--tokenizer", metavar="PATH", help="tokenizer path, if it moved since the run"
+    )
+    export.set_defaults(func=cmd_export)
+
+
+def _add_history(sub: Any) -> None:
+    history = sub.add_parser(
+        "history",
+        help="runs side by side: records, rates, tok/s, output lengths, wall time per partition",
+    )
+    history.add_argument("dataset", nargs="+", metavar="DIR", help="output directories")
+    history.add_argument("--partition", action="append", metavar="NAME", help="only this one")
+    history.add_argument("--last", type=int, metavar="N", help="only the last N rows")
+    history.add_argument(
+        "--all-attempts",
+        action="store_true",
+        help="a run retried from the UI: every attempt's rows (default: the final attempt's)",
+    )
+    history.set_defaults(func=cmd_history)
+
+
+def add_commands(sub: Any) -> None:
+    """The validate, export and history subcommands, in that order."""
+    _add_validate(sub)
+    _add_export(sub)
+    _add_history(sub)

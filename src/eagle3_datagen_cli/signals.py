@@ -1,0 +1,84 @@
+"""Ctrl-C and SIGTERM for a run started from the command line: stop within seconds, cleanly.
+
+A terminal's Ctrl-C sends SIGINT to its whole process group; ``prefect_server.py`` keeps
+Prefect's temporary API server out of that group, so the API is still there while the run
+stops. Then:
+
+- :func:`stop_on_signals` turns the first SIGINT or SIGTERM into a cancellation of the flow's
+  task: the flow's own ``finally`` blocks stop the server it launched and write the summary,
+  the API records it, and the command exits 130 with one line. The launched SGLang server runs
+  in its own session too (``sglang/process.py``), so only the run stops it;
+- :func:`mark_cancelled` then sets the run and its unfinished subflows Cancelled (Prefect
+  records a cancelled task as Crashed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class Interrupted(Exception):
+    """The run was stopped by a signal; ``signum`` says which."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+async def stop_on_signals(work: Awaitable[T]) -> T:
+    """Await ``work``; the first SIGINT or SIGTERM cancels it and raises :class:`Interrupted`
+    once it has unwound (a second signal while it unwinds is ignored: the stop is under way)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(work)
+    got: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if not got:
+            got.append(signum)
+            task.cancel()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        return await task
+    except BaseException as err:
+        if got:
+            raise Interrupted(got[0]) from err
+        raise
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+async def mark_cancelled(flow_run_id: Any, why: str) -> None:
+    """Set the flow run, and its subflows that did not finish, Cancelled with ``why``.
+
+    A fan-out's partition jobs are deployment runs that workers run in their own processes:
+    a running one is set Cancelling, which is what makes its worker stop the job's process
+    (whose hooks stop its server) and then mark it Cancelled; Cancelled straight away would
+    leave it generating on its node. One not yet running is set Cancelled."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+    from prefect.states import Cancelled, Cancelling
+
+    async with get_client() as client:
+        subs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id])
+            )
+        )
+        for run in [*subs, await client.read_flow_run(flow_run_id)]:
+            done = run.state is not None and run.state.is_completed()
+            job = run.deployment_id is not None and run.id != flow_run_id
+            if done or (job and run.state is not None and run.state.is_final()):
+                continue  # a job that ended on its own keeps its own end
+            # A job a worker runs is stopped through its worker; one not yet running is not
+            # picked up once Cancelled.
+            running = job and run.state is not None and run.state.is_running()
+            state: Any = Cancelling(message=why) if running else Cancelled(message=why)
+            await client.set_flow_run_state(run.id, state, force=True)
