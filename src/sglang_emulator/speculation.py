@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# SGLang treats a temperature below this as greedy (sampling_params.py).
+GREEDY_BELOW = 1e-6
 # /server_info internal_states key of the server-wide figure (SGLang 0.5.23).
 AVG_ACCEPT_LENGTH_KEY = "avg_spec_accept_length"
 
@@ -265,8 +267,8 @@ Model = Callable[[Sequence[int]], Sequence[float]]  # token ids so far -> next-t
 def _next(
     logits: Sequence[float], temperature: float, rng: random.Random
 ) -> tuple[int, list[float]]:
-    """A token and the distribution it came from (one-hot on the argmax at temperature 0)."""
-    if temperature == 0:
+    """A token and the distribution it came from (one-hot on the argmax when greedy)."""
+    if temperature < GREEDY_BELOW:
         token = argmax(logits)
         return token, [1.0 if i == token else 0.0 for i in range(len(logits))]
     probs = softmax(logits, temperature)
@@ -288,7 +290,7 @@ def _draft_and_verify(
         drafts.append(token)
         draft_probs.append(probs)
     logits = [target([*seq, *drafts[:j]]) for j in range(num_steps + 1)]
-    if temperature == 0:
+    if temperature < GREEDY_BELOW:
         return verify_greedy(logits, drafts)
     target_probs = [softmax(row, temperature) for row in logits]
     return verify_sampling(target_probs, draft_probs, drafts, rng)

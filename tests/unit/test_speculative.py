@@ -116,6 +116,7 @@ def test_request_knobs_and_the_greedy_verify_of_cpu_servers():
     on_cpu = _eagle3(device="cpu")
     assert lossy_reasons(on_cpu)[0].startswith("device=cpu")
     assert lossy_reasons(on_cpu, sampling={"temperature": 0.0}) == []  # argmax is greedy's rule
+    assert lossy_reasons(on_cpu, sampling={"temperature": 1e-7}) == []  # SGLang: greedy too
 
 
 def _spec_meta(**spec: Any) -> dict[str, Any]:

@@ -42,6 +42,8 @@ META_FIELDS = (
 _OLDER_NAMES = ("spec_accept_token_num", "spec_draft_token_num", "spec_accept_histogram")
 # Environment variables that replace real verification by a forced accept length.
 SIMULATE_ENV = ("SGLANG_SIMULATE_ACC_LEN", "SGL_SIMULATE_ACC_LEN")
+# SGLang treats a temperature below this as greedy (sampling_params.py).
+_GREEDY_BELOW = 1e-6
 # Request penalties SGLang's verify applies as of the step's start, not per accepted token.
 _PENALTY_DEFAULTS = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0}
 
@@ -174,7 +176,7 @@ def lossy_reasons(
     if simulated:
         reasons.append(f"{simulated}: accept lengths are forced to a simulated value, not verified")
     device = info.get("device")
-    greedy = sampling is not None and float(sampling.get("temperature", 1.0)) == 0.0
+    greedy = sampling is not None and float(sampling.get("temperature", 1.0)) < _GREEDY_BELOW
     if device in ("cpu", "xpu") and not greedy:
         reasons.append(
             f"device={device}: SGLang's speculative verify commits the target's argmax there "
