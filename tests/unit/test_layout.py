@@ -153,7 +153,7 @@ SIZE_RULED = (
 
 def _sources() -> list[Path]:
     """The Python files the size rules cover (the command-line package only once it exists)."""
-    found = []
+    found: list[Path] = []
     for base in SIZE_RULED:
         if not (ROOT / base).is_dir():
             continue
