@@ -308,7 +308,7 @@ def _record_accepted_and_info(rec: Recorder, app: RealAppProcess) -> None:
 
 
 # A ``regenerate: all_turns`` + ``samples: 3`` partition, as the pipeline builds its requests
-# (generate/batch.py): a seed, so every record carries its own sampling_seed, and one temperature
+# (generate/converse.py): a seed, so every record carries its own sampling_seed, and one temperature
 # per sample (0.0 is greedy).
 REGEN_RUN = "rec0a1b2c3d-9f0e"  # request_id's run part: the run id and a token per batch run
 REGEN_TOOL: dict[str, Any] = {

@@ -22,7 +22,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from sglang_emulator.args import SGLANG_FLAGS, SGLANG_VERSION, EmulatorArgs, output_by_max_new
+from sglang_emulator import info
+from sglang_emulator.args import SGLANG_VERSION, EmulatorArgs, output_by_max_new
 from sglang_emulator.errors import (
     ApiError,
     ServiceError,
@@ -33,7 +34,7 @@ from sglang_emulator.faults import FaultInjector, FaultKind, FaultRates, is_exem
 from sglang_emulator.images import KimiImages
 from sglang_emulator.latency import LatencyModel, SlotPool, Stats
 from sglang_emulator.ledger import Ledger
-from sglang_emulator.metrics import LoadView, Observed, load_catalogue, loads_json, prometheus_text
+from sglang_emulator.metrics import Observed, load_catalogue, loads_json, prometheus_text
 from sglang_emulator.physics import PROFILES
 from sglang_emulator.protocol import (
     ABORTED,
@@ -51,12 +52,7 @@ from sglang_emulator.vocab import Vocab
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _PREFIX_CACHE_SIZE = 65536
-_UNAUTH_EXEMPT = ("/health", "/ready", "/metrics")
-# The SGLang flags the emulator models (args.SGLANG_FLAGS), always in /server_info; SGLang's
-# other flags only when given (SGLang reports ~550 resolved args; the pipeline reads a few).
-_MODELLED = frozenset(
-    names[0].lstrip("-").replace("-", "_") for names, *_ in SGLANG_FLAGS
-)  # SGLang's open paths (/health_generate too)
+_UNAUTH_EXEMPT = ("/health", "/ready", "/metrics")  # SGLang's open paths (/health_generate too)
 
 
 def log(msg: str, err: bool = False) -> None:
@@ -209,175 +205,30 @@ class Emulator:
             return _json({"detail": "Method Not Allowed"}, 405)
         return _json({"detail": "Not Found"}, 404)
 
-    # ----- info endpoints -----
+    # ----- info endpoints (their payloads: info.py) -----
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self.ready else 503)
 
-    def model_info_dict(self) -> dict[str, Any]:
-        a = self.args
-        return {
-            "model_path": a.model_path,
-            "served_model_name": self.served_model_name,
-            "tokenizer_path": a.tokenizer_path or a.model_path,
-            "is_generation": True,
-            "preferred_sampling_params": None,
-            "weight_version": "default",
-            "load_format": "auto",
-            "reasoning_parser": a.reasoning_parser,
-            "tool_call_parser": a.tool_call_parser,
-            "disaggregation_mode": "null",
-            "has_image_understanding": False,
-            "has_audio_understanding": False,
-            "model_type": self.vocab.meta.model_type,
-            "architectures": self.vocab.meta.architectures,
-        }
-
     async def model_info(self, request: web.Request) -> web.Response:
-        return _json(self.model_info_dict())
-
-    def server_args_dict(self) -> dict[str, Any]:
-        """The resolved server args, flat like ``ServerArgs``. As SGLang 0.5.23 does, the API
-        key is reported in plaintext (``admin_api_key`` is not); ``--emu-*`` flags are not."""
-        a = self.args
-        skip = {"api_key", "admin_api_key", "model_path", "tokenizer_path"}
-        flags = {
-            k: v
-            for k, v in vars(a.ns).items()
-            if k not in skip
-            and not k.startswith("emu_")
-            and (k in _MODELLED or v not in (None, False))
-        }
-        return {
-            "model_path": a.model_path,
-            "tokenizer_path": a.tokenizer_path or a.model_path,
-            "tokenizer_mode": "auto",
-            "load_format": "auto",
-            "dtype": "auto",
-            "is_embedding": False,
-            "pp_size": 1,
-            "schedule_policy": "fcfs",
-            "max_prefill_tokens": 16384,
-            **flags,
-            "served_model_name": self.served_model_name,
-            "mem_fraction_static": a.mem_fraction_static
-            if a.mem_fraction_static is not None
-            else 0.85,
-            "chunked_prefill_size": a.chunked_prefill_size
-            if a.chunked_prefill_size is not None
-            else 8192,
-            "hicache_ratio": a.hicache_ratio if a.hicache_ratio is not None else 2.0,
-            "random_seed": self.seed,
-            "api_key": a.api_key,
-            "admin_api_key": None,
-        }
+        return _json(info.model_info(self))
 
     async def server_info(self, request: web.Request) -> web.Response:
-        args = self.server_args_dict()
-        limits = self.limits
-        per_dp = self.pool.slots or self.args.max_running_requests or 4096
-        internal = {
-            **args,
-            "last_gen_throughput": 0.0,
-            "memory_usage": {
-                "weight": 0.0,
-                "kvcache": 0.0,
-                "token_capacity": limits.max_total_num_tokens,
-                "graph": 0.0,
-            },
-            "effective_max_running_requests_per_dp": per_dp,
-        }
-        info = {
-            **args,
-            "launch_command": self.args.launch_command,
-            "max_total_num_tokens": limits.max_total_num_tokens,
-            "max_req_input_len": limits.max_req_input_len,
-            "kv_events": None,
-            "startup_time": self.startup_time,
-            "internal_states": [internal for _ in range(max(1, self.args.dp_size))],
-            "version": SGLANG_VERSION,
-            "frontend": "python",
-            "emulator": True,
-        }
-        return _json(info)
+        return _json(info.server_info(self))
 
     async def models(self, request: web.Request) -> web.Response:
-        card = {
-            "id": self.served_model_name,
-            "object": "model",
-            "created": int(self.startup_time),
-            "owned_by": "sglang",
-            "root": self.served_model_name,
-            "parent": None,
-            "max_model_len": self.limits.context_len,
-        }
-        return _json({"object": "list", "data": [card]})
-
-    def load_view(self) -> LoadView:
-        """The server's load now, from the physics scheduler or the plain slot counters."""
-        t, p = self.totals, self.physics
-        common = {
-            "prompt_tokens_total": t["prompt_tokens"],
-            "generation_tokens_total": t["generation_tokens"],
-            "requests_total": t["requests"],
-            "max_total_num_tokens": self.limits.max_total_num_tokens,
-        }
-        if p is None:
-            return LoadView(
-                num_running_reqs=self.stats.running,
-                num_queue_reqs=self.stats.queued,
-                num_used_tokens=0,
-                max_running_requests=self.pool.slots or 0,
-                gen_throughput=0.0,
-                new_token_ratio=0.0,
-                retracted_requests_total=0,
-                retracted_input_tokens_total=0,
-                retracted_output_tokens_total=0,
-                **common,
-            )
-        c = p.counters
-        return LoadView(
-            num_running_reqs=p.num_running,
-            num_queue_reqs=p.num_queued,
-            num_used_tokens=p.used_tokens(),
-            max_running_requests=p.max_running,
-            gen_throughput=p.gen_throughput,
-            new_token_ratio=p.new_token_ratio,
-            retracted_requests_total=c.retracted,
-            retracted_input_tokens_total=c.retracted_input_tokens,
-            retracted_output_tokens_total=c.retracted_output_tokens,
-            idle_s=c.idle_s,
-            **common,
-        )
+        return _json(info.models(self))
 
     async def metrics(self, request: web.Request) -> web.Response:
         assert self.observed is not None  # the route exists only with --enable-metrics
-        body = prometheus_text(self.load_view(), self.observed)
+        body = prometheus_text(info.load_view(self), self.observed)
         return web.Response(text=body, content_type="text/plain", charset="utf-8")
 
     async def v1_loads(self, request: web.Request) -> web.Response:
-        return _json(loads_json(self.load_view(), SGLANG_VERSION))
+        return _json(loads_json(info.load_view(self), SGLANG_VERSION))
 
     async def emulator_stats(self, request: web.Request) -> web.Response:
-        snap = self.stats.snapshot()
-        if self.physics is not None:
-            c = self.physics.counters
-            snap["physics"] = {
-                "profile": self.physics.profile.name,
-                "time_scale": self.physics.scale,
-                "max_total_num_tokens": self.physics.pool,
-                "retracted": c.retracted,
-                "prefill_steps": c.prefill_steps,
-                "decode_steps": c.decode_steps,
-                "generated_tokens": c.generated_tokens,
-                "prompt_tokens_computed": c.prompt_tokens_computed,
-                "sim_s": c.sim_s,
-                "lag_s": c.lag_s,
-                "lag_lost_s": c.lag_lost_s,
-                "idle_s": c.idle_s,
-                "new_token_ratio": self.physics.new_token_ratio,
-            }
-        return _json(snap)
+        return _json(info.emulator_stats(self))
 
     async def emulator_reset_stats(self, request: web.Request) -> web.Response:
         self.stats.reset()

@@ -315,7 +315,7 @@ def test_every_case_our_client_depends_on_is_recorded() -> None:
         "server_info",
         "model_info",
         "v1_models",
-        # regenerate: all_turns and samples: N (generate/batch.py)
+        # regenerate: all_turns and samples: N (generate/converse.py)
         "generate_all_turns_tool_call",
         "generate_all_turns_after_tool_result",
         "generate_all_turns_after_follow_up",

@@ -31,7 +31,7 @@ WRITER = """
 import json, sys, time
 from pathlib import Path
 from collections import Counter
-from eagle3_datagen.generate.batch import add_record_counts
+from eagle3_datagen.generate.summary import add_record_counts
 from eagle3_datagen.provenance import parquet_metadata
 from eagle3_datagen.write.manifest import summarize_on_disk, update_manifest
 from eagle3_datagen.write.shards import BatchSummary, PartitionOutput

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_datagen.config import PipelineConfig, parse_config
-from eagle3_datagen.generate.batch import add_record_counts
+from eagle3_datagen.generate.summary import add_record_counts
 from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.write.manifest import summarize, write_manifest

@@ -82,6 +82,15 @@ def first_turn(prompt: Prompt, regenerate: str) -> Prompt:
     return Prompt(prompt.id, prompt.line, prompt.messages[:end], prompt.tools, prompt.images)
 
 
+@dataclass(frozen=True, slots=True)
+class TurnAt:
+    """Which record a turn makes: its id, turn index and sample index."""
+
+    id: str
+    turn: int
+    sample: int
+
+
 def record_id(base: str, turn: int, sample: int, *, turns: bool, samples: int) -> str:
     """The id of one generated turn (see the module docstring)."""
     rid = base

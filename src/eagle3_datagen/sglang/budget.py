@@ -21,7 +21,7 @@ tokens, so the long ones that start last set the drain at the end of a run; star
 long tier's outputs decode while the shorter tiers fill the server around them, and the tier
 that is left takes the capacity the others free (``benchmarks/makespan.py``, figure (f)).
 Within a share the order stays FIFO: the batch runner sends each batch's longest prompts first
-(``generate/batch.py``), and batches keep finishing in order, so a partition's window of
+(``generate/converse.py``), and batches keep finishing in order, so a partition's window of
 batches keeps flowing.
 
 Two request limits: ``max_requests``, the user's ``server.max_requests_in_flight``, a ceiling

@@ -125,9 +125,6 @@ async def wait_until_healthy(
     :class:`ServerStartupError` carries the exit code or elapsed time and the log tail. With
     ``refused_limit_s`` (attaching to a server that should be up), connections refused for that
     long raise at once: nothing listens at the URL.
-
-    Long because one poll loop tells apart five outcomes (ready, still starting, refused too
-    long, the process gone, the deadline) that share its timers and its log lines.
     """
     log = logger or _default_log
     if log_path is None and process is not None:
@@ -141,48 +138,25 @@ async def wait_until_healthy(
     start = time.monotonic()
     next_progress = start + progress_every_s
     last_status = 0
-    refused: str | None = None  # why nothing listens, while that lasts
-    refused_since = 0.0
+    refusal = _Refusal(refused_limit_s) if refused_limit_s is not None else None
     try:
         while True:
             elapsed = time.monotonic() - start
-            if process is not None and (code := process.poll()) is not None:
-                raise ServerStartupError(
-                    f"server exited with code {code} after {elapsed:.1f} s during startup; "
-                    f"{_tail_block(process, log_path)}"
-                )
-            remaining = deadline_s - elapsed
-            if remaining <= 0:
-                raise ServerStartupError(
-                    f"server at {client.base_url} not healthy after {elapsed:.0f} s "
-                    f"(deadline {deadline_s:.0f} s, last {READY_PATH} status "
-                    f"{_status_text(last_status, refused)}); {_tail_block(process, log_path)}"
-                )
-            try:
-                last_status = await client.health_status(
-                    READY_PATH, timeout_s=max(1.0, min(remaining, 30.0))
-                )
-            except Exception as err:
-                log.debug("health poll failed: %r", err)
-                last_status = 0
+            refused = refusal.why if refusal else None
+            _raise_if_gone_or_late(
+                client.base_url, process, log_path, elapsed, deadline_s, last_status, refused
+            )
+            last_status = await _health(client, deadline_s - elapsed, log)
             if last_status == 200:
                 elapsed = time.monotonic() - start
                 log.debug("server at %s is healthy after %.1f s", client.base_url, elapsed)
                 return elapsed
             now = time.monotonic()
-            if refused_limit_s is not None:
-                was = refused
-                refused = await nothing_listens(client.base_url) if last_status == 0 else None
-                refused_since = refused_since if was else now
-                if refused and now - refused_since >= refused_limit_s:
-                    raise ServerStartupError(
-                        f"nothing listens at {client.base_url} ({refused} for "
-                        f"{now - refused_since:.0f} s): check the URL, or start the run once "
-                        "the server accepts connections (SGLang does once its weights are "
-                        "loaded)"
-                    )
+            if refusal is not None:
+                await refusal.update(client.base_url, last_status, now)
             if now >= next_progress:
                 next_progress = now + progress_every_s
+                refused = refusal.why if refusal else None
                 _log_waiting(
                     log, client.base_url, now - start, last_status, refused, process, log_path
                 )
@@ -190,6 +164,60 @@ async def wait_until_healthy(
     finally:
         if own_client:
             await client.aclose()
+
+
+def _raise_if_gone_or_late(
+    url: str,
+    process: ServerProcess | None,
+    log_path: str | Path | None,
+    elapsed: float,
+    deadline_s: float,
+    last_status: int,
+    refused: str | None,
+) -> None:
+    """The gate gives up: the server process exited, or the deadline passed (with the log tail)."""
+    if process is not None and (code := process.poll()) is not None:
+        raise ServerStartupError(
+            f"server exited with code {code} after {elapsed:.1f} s during startup; "
+            f"{_tail_block(process, log_path)}"
+        )
+    if deadline_s - elapsed <= 0:
+        raise ServerStartupError(
+            f"server at {url} not healthy after {elapsed:.0f} s "
+            f"(deadline {deadline_s:.0f} s, last {READY_PATH} status "
+            f"{_status_text(last_status, refused)}); {_tail_block(process, log_path)}"
+        )
+
+
+async def _health(client: SGLangClient, remaining: float, log: LogSink) -> int:
+    """One poll of the ready path: its HTTP status, 0 for no answer."""
+    try:
+        return await client.health_status(READY_PATH, timeout_s=max(1.0, min(remaining, 30.0)))
+    except Exception as err:
+        log.debug("health poll failed: %r", err)
+        return 0
+
+
+class _Refusal:
+    """How long nothing has listened at an attached server's URL; past ``limit_s`` the gate
+    stops waiting (a wrong URL, or no server there)."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.why: str | None = None  # why nothing listens, while that lasts
+        self.since = 0.0
+
+    async def update(self, url: str, status: int, now: float) -> None:
+        was = self.why
+        self.why = await nothing_listens(url) if status == 0 else None
+        self.since = self.since if was else now
+        if self.why and now - self.since >= self.limit_s:
+            raise ServerStartupError(
+                f"nothing listens at {url} ({self.why} for "
+                f"{now - self.since:.0f} s): check the URL, or start the run once "
+                "the server accepts connections (SGLang does once its weights are "
+                "loaded)"
+            )
 
 
 def _log_waiting(

@@ -236,20 +236,56 @@ async def preflight(
     or the smoke request runs out of ``retries``, or when its token counts are off.
     ``sampling`` and ``retries`` are the run's (the config's defaults when not given).
     ``api_key`` is the key ``client`` sends; it is scrubbed from the returned facts.
-
-    Long because it is the checks in the order the module doc gives them, each a few lines on
-    the same client and facts; split, each part would take and return most of them.
+    The checks run in the order the module doc gives them.
     """
     sampling = sampling or Sampling()
     retries = retries or RetryPolicy()
     log = logger or _default_log
-    secrets = (api_key,) if api_key else ()
     warnings: list[str] = []
 
     def warn(msg: str) -> None:
         warnings.append(msg)
         log.warning("preflight: %s", msg)
 
+    server_info, model_info = await _query(client, api_key)
+    _refuse_reasoning_parser(client, server_info, model_info)
+    for message in _mismatches(server_info, model_info, server=server, model=model):
+        warn(message)
+    context_length, source = await resolve_context_length(client, server_info, model_info)
+    if server.context_length is not None and server.context_length != context_length:
+        warn(
+            f"server context length is {context_length} ({source}), the config says "
+            f"{server.context_length}"
+        )
+    for message in promise_warnings(server_info, sampling=sampling, api_key=api_key):
+        warn(message)
+    await _smoke(client, sampling, retries)
+    secrets = (api_key,) if api_key else ()
+    server_args = {k: v for k, v in server_info.items() if k != "internal_states"}
+    facts = ServerFacts(
+        context_length=context_length,
+        context_length_source=source,
+        version=str(server_info["version"]) if server_info.get("version") else None,
+        server_args=sanitize(server_args, secrets),
+        model_info=sanitize(model_info, secrets),
+        max_req_input_len=_positive_int(server_info.get("max_req_input_len")),
+        warnings=warnings,
+    )
+    log.info(
+        "preflight ok: %s version %s, context length %d (%s), tp_size %s",
+        client.base_url,
+        facts.version or "?",
+        context_length,
+        source,
+        server_info.get("tp_size"),
+    )
+    return facts
+
+
+async def _query(
+    client: SGLangClient, api_key: str | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``/server_info`` and ``/model_info``; a refused API key is named as such."""
     try:
         server_info = await client.server_info()
         model_info = await client.model_info()
@@ -262,7 +298,13 @@ async def preflight(
                 "was launched with (--api-key)"
             ) from None
         raise PreflightError(f"cannot query {client.base_url}: {err}") from None
+    return server_info, model_info
 
+
+def _refuse_reasoning_parser(
+    client: SGLangClient, server_info: dict[str, Any], model_info: dict[str, Any]
+) -> None:
+    """A server with a reasoning parser is refused (the contract is raw output_ids)."""
     for source, info in (("/server_info", server_info), ("/model_info", model_info)):
         parser = info.get("reasoning_parser")
         if parser:
@@ -273,32 +315,37 @@ async def preflight(
                 "training data matches the target model exactly (docs/contract.md)"
             )
 
+
+def _mismatches(
+    server_info: dict[str, Any],
+    model_info: dict[str, Any],
+    *,
+    server: ServerSpec,
+    model: ModelSpec,
+) -> list[str]:
+    """Where the served tp_size, model or tokenizer differ from the config (warnings only:
+    an attached server may legitimately differ, e.g. a hub id versus a local snapshot)."""
+    found = []
     served_tp = server_info.get("tp_size")
     if served_tp is not None and served_tp != server.tp_size:
-        warn(f"server tp_size is {served_tp}, the config says {server.tp_size}")
-
+        found.append(f"server tp_size is {served_tp}, the config says {server.tp_size}")
     served_model = model_info.get("model_path") or server_info.get("model_path")
     if isinstance(served_model, str) and not _same_location(served_model, model.path):
-        warn(f"server serves model {served_model!r}, the config names {model.path!r}")
+        found.append(f"server serves model {served_model!r}, the config names {model.path!r}")
     served_tok = model_info.get("tokenizer_path") or server_info.get("tokenizer_path")
     if isinstance(served_tok, str) and not _same_location(served_tok, model.tokenizer_dir):
-        warn(
+        found.append(
             f"server uses tokenizer {served_tok!r}, prompts are rendered with "
             f"{model.tokenizer_dir!r}"
         )
+    return found
 
-    context_length, source = await resolve_context_length(client, server_info, model_info)
-    if server.context_length is not None and server.context_length != context_length:
-        warn(
-            f"server context length is {context_length} ({source}), the config says "
-            f"{server.context_length}"
-        )
 
-    for message in promise_warnings(server_info, sampling=sampling, api_key=api_key):
-        warn(message)
-
-    # The run's own sampling (a 400 for it would reject every prompt), with a seed as the
-    # run's requests carry one; the rid prefix tells the emulator not to inject faults.
+async def _smoke(client: SGLangClient, sampling: Sampling, retries: RetryPolicy) -> None:
+    """One smoke /generate with the run's own sampling (a 400 for it would reject every
+    prompt), with a seed as the run's requests carry one; the server must count exactly the
+    ids sent and return every output id. The rid prefix tells the emulator not to inject
+    faults."""
     smoke_sampling = sampling.to_sglang(SMOKE_MAX_NEW_TOKENS, [], prompt_id="preflight")
     rid = f"preflight-{uuid.uuid4().hex[:12]}"
     try:
@@ -326,24 +373,3 @@ async def preflight(
             f"smoke /generate returned {len(result.output_ids)} output_ids but "
             f"completion_tokens={result.completion_tokens}: output_ids are not complete"
         )
-
-    max_req = _positive_int(server_info.get("max_req_input_len"))
-    server_args = {k: v for k, v in server_info.items() if k != "internal_states"}
-    facts = ServerFacts(
-        context_length=context_length,
-        context_length_source=source,
-        version=str(server_info["version"]) if server_info.get("version") else None,
-        server_args=sanitize(server_args, secrets),
-        model_info=sanitize(model_info, secrets),
-        max_req_input_len=max_req,
-        warnings=warnings,
-    )
-    log.info(
-        "preflight ok: %s version %s, context length %d (%s), tp_size %s",
-        client.base_url,
-        facts.version or "?",
-        context_length,
-        source,
-        served_tp,
-    )
-    return facts

@@ -70,68 +70,21 @@ def validate_output(
     when it is not known (offline checks of stored records). With ``tool_check``, a tool-call
     section must also be one SGLang's ``kimi_k2`` tool-call parser returns in full.
 
-    Long because the rules are one list, read top to bottom in the order the docs give them,
-    each a few lines over the same ids; split, every part would take the same dozen arguments.
+    The rules run top to bottom in the order the docs give them.
     """
     v = Verdict(truncated=finish_type == "length")
     n = len(output_ids)
-    if finish_type == "abort":
-        v.fail("aborted", "the server aborted the request")
+    if _no_generation(finish_type, n, v):
         return v
-    if finish_type not in ("stop", "length"):
-        v.fail("bad_finish_reason", f"unknown finish_reason type {finish_type!r}")
-        return v
-    if n == 0:
-        v.fail("empty_output", "the server returned no output tokens")
-        return v
-    if prompt_tokens != len(prompt_ids):
-        v.fail(
-            "prompt_token_mismatch",
-            f"server counted {prompt_tokens} prompt tokens, we sent {len(prompt_ids)}",
-        )
-    if completion_tokens != n:
-        v.fail(
-            "completion_token_mismatch",
-            f"completion_tokens={completion_tokens} but {n} output ids",
-        )
-
+    _check_counts(len(prompt_ids), n, prompt_tokens, completion_tokens, v)
     last = output_ids[-1]
     # Where each special token sits, found in one pass plus one scan per token present: the
     # rules below read these few positions, never the ids again (a long answer is thousands).
     pos = _positions(output_ids, _specials(ids))
     if finish_type == "stop":
-        if finish_matched is not None and (
-            not isinstance(finish_matched, int) or isinstance(finish_matched, bool)
-        ):
-            # We send no stop strings, so a string here is SGLang's own verdict: "NaN happened"
-            # means it replaced an out-of-vocabulary sample with a stop or EOS id.
-            v.fail(
-                "stop_not_a_token",
-                f"finished on {finish_matched!r}, not on a stop token id: the last id "
-                f"{last} was put there by the server, not generated",
-            )
-        elif isinstance(finish_matched, int) and finish_matched != last:
-            v.fail(
-                "stop_mismatch",
-                f"matched stop {finish_matched} is not the last id {last}",
-            )
-        if last != ids.end_of_turn:
-            v.fail(
-                "no_end_of_turn",
-                f"finished on {finish_matched!r}, last id {last}, "
-                f"not the end-of-turn token {ids.end_of_turn}",
-            )
+        _check_stop(finish_matched, last, ids, v)
     body_len = n - 1 if last == ids.end_of_turn else n
-    inside = [i for i in pos.get(ids.end_of_turn, ()) if i < body_len]
-    if inside:
-        v.fail("end_of_turn_inside", f"end-of-turn token at position {inside[0]}")
-    roles = _merged(pos, ids.role_ids)
-    if roles:
-        v.fail(
-            "role_token_in_output",
-            f"role/turn token {output_ids[roles[0]]} at position {roles[0]}",
-        )
-
+    _check_turn_tokens(output_ids, pos, body_len, ids, v)
     answer_start = _check_thinking(prompt_ids, output_ids, pos, ids, v)
     if ids.tools is not None:
         _check_tool_calls(output_ids, pos, answer_start, ids.tools, v)
@@ -147,6 +100,81 @@ def validate_output(
     if v.truncated and policy.truncation == "reject":
         v.fail("truncated", f"hit max_new_tokens after {n} tokens")
     return v
+
+
+def _no_generation(finish_type: str, n: int, v: Verdict) -> bool:
+    """True (with the reason in ``v``) when there is no generation to check: the request was
+    aborted, finished for an unknown reason, or returned no tokens."""
+    if finish_type == "abort":
+        v.fail("aborted", "the server aborted the request")
+        return True
+    if finish_type not in ("stop", "length"):
+        v.fail("bad_finish_reason", f"unknown finish_reason type {finish_type!r}")
+        return True
+    if n == 0:
+        v.fail("empty_output", "the server returned no output tokens")
+        return True
+    return False
+
+
+def _check_counts(
+    sent: int, n: int, prompt_tokens: int, completion_tokens: int, v: Verdict
+) -> None:
+    """The server counted exactly the prompt ids sent and the output ids returned."""
+    if prompt_tokens != sent:
+        v.fail(
+            "prompt_token_mismatch",
+            f"server counted {prompt_tokens} prompt tokens, we sent {sent}",
+        )
+    if completion_tokens != n:
+        v.fail(
+            "completion_token_mismatch",
+            f"completion_tokens={completion_tokens} but {n} output ids",
+        )
+
+
+def _check_stop(finish_matched: int | str | None, last: int, ids: TokenIds, v: Verdict) -> None:
+    """A ``stop`` finish ended on a generated stop token: the end-of-turn, the last id."""
+    if finish_matched is not None and (
+        not isinstance(finish_matched, int) or isinstance(finish_matched, bool)
+    ):
+        # We send no stop strings, so a string here is SGLang's own verdict: "NaN happened"
+        # means it replaced an out-of-vocabulary sample with a stop or EOS id.
+        v.fail(
+            "stop_not_a_token",
+            f"finished on {finish_matched!r}, not on a stop token id: the last id "
+            f"{last} was put there by the server, not generated",
+        )
+    elif isinstance(finish_matched, int) and finish_matched != last:
+        v.fail(
+            "stop_mismatch",
+            f"matched stop {finish_matched} is not the last id {last}",
+        )
+    if last != ids.end_of_turn:
+        v.fail(
+            "no_end_of_turn",
+            f"finished on {finish_matched!r}, last id {last}, "
+            f"not the end-of-turn token {ids.end_of_turn}",
+        )
+
+
+def _check_turn_tokens(
+    output_ids: Sequence[int],
+    pos: dict[int, list[int]],
+    body_len: int,
+    ids: TokenIds,
+    v: Verdict,
+) -> None:
+    """No end-of-turn before the last id, and no role or turn token anywhere."""
+    inside = [i for i in pos.get(ids.end_of_turn, ()) if i < body_len]
+    if inside:
+        v.fail("end_of_turn_inside", f"end-of-turn token at position {inside[0]}")
+    roles = _merged(pos, ids.role_ids)
+    if roles:
+        v.fail(
+            "role_token_in_output",
+            f"role/turn token {output_ids[roles[0]]} at position {roles[0]}",
+        )
 
 
 @functools.lru_cache(maxsize=16)

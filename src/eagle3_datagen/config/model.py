@@ -1,0 +1,100 @@
+"""Which model renders the prompts, and its special tokens by their strings."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from eagle3_datagen.config.base import StrictModel
+
+
+class ModelSpec(StrictModel):
+    """Which model's tokenizer and chat template render the prompts."""
+
+    path: str = Field(
+        title="Model path",
+        description="Model directory (or hub id) served by SGLang; its tokenizer renders prompts.",
+    )
+    tokenizer_path: str | None = Field(
+        default=None,
+        title="Tokenizer path",
+        description="Tokenizer directory if different from the model path.",
+    )
+    trust_remote_code: bool = Field(
+        default=True,
+        title="Trust remote code",
+        description="Passed to AutoTokenizer and to SGLang (Kimi-K2.5 needs it).",
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        title="Chat template kwargs",
+        description='Extra variables for the chat template, e.g. {"thinking": true}.',
+    )
+    render: Literal["sglang_chat", "template"] = Field(
+        default="sglang_chat",
+        title="Render reference",
+        description=(
+            "sglang_chat: the prompt ids SGLang 0.5.23's /v1/chat/completions builds for the "
+            "same request (tool-call arguments parsed, tools as SGLang dumps them, ...); "
+            "template: the data through the chat template as it is. See docs/render.md."
+        ),
+    )
+
+    @property
+    def tokenizer_dir(self) -> str:
+        return self.tokenizer_path or self.path
+
+
+class ToolCallTokens(StrictModel):
+    """Kimi-style tool-call markers; a section holds one or more begin/argument/end calls."""
+
+    section_begin: str = Field(title="Section begin", default="<|tool_calls_section_begin|>")
+    section_end: str = Field(title="Section end", default="<|tool_calls_section_end|>")
+    call_begin: str = Field(title="Call begin", default="<|tool_call_begin|>")
+    argument_begin: str = Field(title="Argument begin", default="<|tool_call_argument_begin|>")
+    call_end: str = Field(title="Call end", default="<|tool_call_end|>")
+
+
+class SpecialTokens(StrictModel):
+    """Special tokens by their *strings*; ids are resolved through the tokenizer at start-up."""
+
+    think_start: str = Field(
+        title="Think start", default="<think>", description="Opens the reasoning block."
+    )
+    think_end: str = Field(
+        title="Think end", default="</think>", description="Closes the reasoning block."
+    )
+    end_of_turn: str = Field(
+        title="End of turn",
+        default="<|im_end|>",
+        description="Ends the assistant turn; the expected last output token.",
+    )
+    extra_stop: list[str] = Field(
+        title="Extra stop tokens",
+        default_factory=lambda: ["[EOS]"],
+        description="Other tokens that stop generation (sent as stop_token_ids too).",
+    )
+    role_tokens: list[str] = Field(
+        title="Role tokens",
+        default_factory=lambda: [
+            "<|im_user|>",
+            "<|im_system|>",
+            "<|im_assistant|>",
+            "<|im_middle|>",
+        ],
+        description="Turn and role tokens that must never appear inside an output.",
+    )
+    tool_calls: ToolCallTokens | None = Field(
+        title="Tool-call tokens",
+        default_factory=lambda: ToolCallTokens(),
+        description="Tool-call tokens whose structure is checked; null for models without tools.",
+    )
+    thinking: Literal["prompt", "output", "none"] = Field(
+        default="prompt",
+        title="Thinking block placement",
+        description=(
+            "Where <think> opens: 'prompt' (the chat template ends in it, as Kimi-K2.5), "
+            "'output' (the model emits it, as DeepSeek-R1), or 'none' (no thinking)."
+        ),
+    )

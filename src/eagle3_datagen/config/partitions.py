@@ -1,0 +1,90 @@
+"""Tiers (requests in flight, output length) and the partitions (prompts files) run under them."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from eagle3_datagen.config.base import StrictModel
+
+AUTO_PARTITION_CAP = 1024  # a tier with concurrency "auto" never has more in flight
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class Tier(StrictModel):
+    """A concurrency class: how many requests are in flight and how long outputs may grow."""
+
+    name: str = Field(
+        title="Tier name", description="Tier name referenced by partitions, e.g. SHORT or LONG."
+    )
+    concurrency: Annotated[int, Field(ge=1, le=4096)] | Literal["auto"] = Field(
+        title="Concurrency",
+        description="Requests in flight for a partition, or 'auto': the run steers the number "
+        "in flight from the server's own load (SGLang's /metrics), shared fairly by the "
+        "partitions on the server (server.auto_concurrency).",
+    )
+    max_tokens: int = Field(
+        title="Max new tokens", ge=1, description="max_new_tokens for every request of the tier."
+    )
+
+    @property
+    def is_auto(self) -> bool:
+        return self.concurrency == "auto"
+
+    @property
+    def in_flight_cap(self) -> int:
+        """The partition's own bound on requests in flight: its concurrency, or for 'auto' a
+        ceiling the server-wide controller (sglang/concurrency.py) stays below."""
+        return AUTO_PARTITION_CAP if self.concurrency == "auto" else self.concurrency
+
+
+class Partition(StrictModel):
+    """One prompts file and the tier it runs under."""
+
+    name: str = Field(
+        title="Partition name",
+        description="Output sub-directory name; letters, digits, '_', '-', '.'.",
+    )
+    input: str = Field(
+        title="Input file", description="Prompts file: JSONL (one prompt per line) or Parquet."
+    )
+    tier: str = Field(title="Tier", description="Name of a tier defined in `tiers`.")
+    regenerate: Literal["last", "all_turns"] = Field(
+        title="Turns to regenerate",
+        default="last",
+        description="'last': the last assistant turn, on the data's history. 'all_turns': every "
+        "assistant turn in order, each on the model's own earlier turns (one record per turn; a "
+        "conversation stops where the model's tool calls differ from the data's).",
+    )
+    samples: int = Field(
+        title="Samples per prompt",
+        default=1,
+        ge=1,
+        le=1024,
+        description="Conversations generated per input line, each its own records (id suffix "
+        "#s<n>, column sample).",
+    )
+    temperatures: list[Annotated[float, Field(ge=0.0, allow_inf_nan=False)]] | None = Field(
+        title="Temperatures",
+        default=None,
+        min_length=1,
+        description="Cycled over the samples (sample n gets temperatures[n % len]); empty: "
+        "sampling.temperature for every sample.",
+    )
+
+    def temperature(self, sample: int, default: float) -> float:
+        """The temperature of sample ``sample``."""
+        return self.temperatures[sample % len(self.temperatures)] if self.temperatures else default
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        if not _SAFE_NAME.match(v) or ".." in v:
+            raise ValueError(
+                f"partition name {v!r} is not a safe directory name "
+                "(letters, digits, '_', '-', '.'; no slashes, no '..')"
+            )
+        return v

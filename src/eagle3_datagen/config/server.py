@@ -1,0 +1,214 @@
+"""The SGLang server a run launches or attaches to, and the auto-concurrency controller's limits."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from eagle3_datagen.config.base import StrictModel
+
+# The seed's production server: python -m sglang.launch_server ... (docs/contract.md)
+DEFAULT_TP_SIZE = 8
+DEFAULT_MEM_FRACTION = 0.88
+DEFAULT_HICACHE_SIZE_GB = 48
+DEFAULT_CONTINUOUS_DECODE_STEPS = 4
+DEFAULT_PORT = 8000
+
+REASONING_PARSER_FLAG = "--reasoning-parser"
+# SGLang's launch parser takes any unambiguous prefix of a flag (argparse's allow_abbrev); no
+# other SGLang 0.5.23 flag starts with "--rea", so from there on a prefix means this one.
+_SHORTEST_REASONING_PARSER_PREFIX = len("--rea")
+
+
+def names_reasoning_parser(arg: str) -> bool:
+    """True when SGLang would read ``arg`` as ``--reasoning-parser``: the flag itself, an
+    abbreviation of it (``--reasoning-pars``), or either with ``=value``."""
+    name = arg.split("=", 1)[0]
+    return len(name) >= _SHORTEST_REASONING_PARSER_PREFIX and REASONING_PARSER_FLAG.startswith(name)
+
+
+class AutoConcurrency(StrictModel):
+    """The controller behind ``concurrency: auto``: limits and pace, shared by all its tiers."""
+
+    initial: int = Field(
+        default=64, ge=1, title="Initial", description="Requests in flight (server-wide) at start."
+    )
+    minimum: int = Field(default=4, ge=1, title="Minimum", description="Never fewer in flight.")
+    maximum: int = Field(
+        default=2048, ge=1, title="Maximum", description="Never more in flight (server-wide)."
+    )
+    interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        title="Interval (s)",
+        description="How often the server's load is read and the limit adjusted.",
+    )
+
+
+class ServerSpec(StrictModel):
+    """The SGLang server: launched by the run (and stopped with it) or attached to by URL."""
+
+    mode: Literal["launch", "attach"] = Field(
+        default="launch",
+        title="Server mode",
+        description="'launch' starts SGLang for this run; 'attach' uses a running server by URL.",
+    )
+    engine: Literal["sglang", "emulator"] = Field(
+        default="sglang",
+        title="Engine",
+        description="'sglang' runs python -m sglang.launch_server; 'emulator' runs the bundled "
+        "SGLang emulator with the same flags (no GPU).",
+    )
+    url: str | None = Field(
+        title="Server URL",
+        default=None,
+        description="Attach mode: the server's base URL, e.g. http://node1:8000; several "
+        "comma-separated URLs spread requests over several servers (or attach to sglang_router).",
+    )
+    host: str = Field(title="Host", default="127.0.0.1", description="Launch mode: --host.")
+    port: int = Field(
+        title="Port",
+        default=DEFAULT_PORT,
+        ge=0,
+        le=65535,
+        description="Launch mode: --port; 0 picks a free port (several servers on one node).",
+    )
+    tp_size: int = Field(
+        title="Tensor parallel size",
+        default=DEFAULT_TP_SIZE,
+        ge=1,
+        description="--tp-size (GPUs per server).",
+    )
+    mem_fraction_static: float = Field(
+        title="Static memory fraction", default=DEFAULT_MEM_FRACTION, gt=0.0, lt=1.0
+    )
+    enable_hierarchical_cache: bool = Field(title="Hierarchical cache", default=True)
+    hicache_size_gb: int = Field(
+        title="Hierarchical cache size (GB)",
+        default=DEFAULT_HICACHE_SIZE_GB,
+        ge=0,
+        description="--hicache-size",
+    )
+    num_continuous_decode_steps: int = Field(
+        title="Continuous decode steps", default=DEFAULT_CONTINUOUS_DECODE_STEPS, ge=1
+    )
+    enable_metrics: bool = Field(
+        title="Prometheus metrics",
+        default=False,
+        description="Launch with --enable-metrics (SGLang's /metrics). A run whose tiers use "
+        "concurrency 'auto' turns it on, since the controller reads the server's load there.",
+    )
+    auto_concurrency: AutoConcurrency = Field(
+        title="Auto concurrency",
+        default_factory=lambda: AutoConcurrency(),
+        description="How tiers with concurrency 'auto' are steered (server-wide).",
+    )
+    random_seed: int = Field(
+        title="Random seed",
+        default=0,
+        ge=0,
+        description="--random-seed. Fixed, because SGLang otherwise picks a random seed at every "
+        "launch, so the same config would sample differently after each launch or relaunch.",
+    )
+    context_length: int | None = Field(
+        title="Context length",
+        default=None,
+        description="--context-length; None takes the model's config.",
+    )
+    extra_args: list[str] = Field(
+        title="Extra launch flags",
+        default_factory=list,
+        description="More launch_server flags, passed through verbatim.",
+    )
+    env: dict[str, str] = Field(
+        title="Server environment",
+        default_factory=dict,
+        description='Environment for the server process, e.g. {"CUDA_VISIBLE_DEVICES": "0,1"}.',
+    )
+    api_key_env: str | None = Field(
+        title="API key variable",
+        default=None,
+        description="Name of the environment variable holding SGLang's --api-key (never the key).",
+    )
+    api_key_secret: str | None = Field(
+        title="API key Secret block",
+        default=None,
+        description="Name of a Prefect Secret block holding SGLang's --api-key (instead of "
+        "api_key_env).",
+    )
+    startup_timeout_s: float = Field(
+        title="Startup timeout (s)",
+        default=3600.0,
+        gt=0,
+        description="Health-gate deadline; a 1T model loads for tens of minutes.",
+    )
+    max_requests_in_flight: int | None = Field(
+        title="Max requests in flight (server)",
+        default=None,
+        ge=1,
+        description="Server-wide cap on requests in flight across all partitions (None: the "
+        "sum of the tiers' concurrency).",
+    )
+    max_tokens_in_flight: int | None = Field(
+        title="Max tokens in flight (server)",
+        default=None,
+        ge=1,
+        description="Server-wide cap on prompt + max_tokens summed over requests in flight, "
+        "i.e. KV cache reserved; keeps a LONG tier from crowding out the others. None: no cap.",
+    )
+    lost_after_failures: int = Field(
+        title="Failures before 'lost'",
+        default=5,
+        ge=1,
+        description="Consecutive connection failures that mean 'server lost'.",
+    )
+    max_relaunches: int = Field(
+        title="Max relaunches",
+        default=2,
+        ge=0,
+        description="Launch mode: relaunches of a lost server before giving up.",
+    )
+    recovery_check_s: float = Field(
+        title="Recovery wait (s)",
+        default=60.0,
+        gt=0,
+        description="How long a lost server may take to answer again.",
+    )
+    request_timeout_s: float = Field(
+        title="Request timeout (s)",
+        default=1800.0,
+        gt=0,
+        description="Per-request timeout; a 16k-token generation takes minutes.",
+    )
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_reasoning_parser(cls, v: list[str]) -> list[str]:
+        for arg in v:
+            if names_reasoning_parser(arg):
+                raise ValueError(
+                    f"{arg!r} is refused: SGLang reads it as --reasoning-parser, which is not "
+                    "needed for /generate, and the pipeline requires the raw output_ids of a "
+                    "server launched without it"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> ServerSpec:
+        if self.api_key_env and self.api_key_secret:
+            raise ValueError("set server.api_key_env or server.api_key_secret, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _attach_needs_url(self) -> ServerSpec:
+        if self.mode == "attach" and not self.url:
+            raise ValueError("server.mode 'attach' needs server.url")
+        return self
+
+    @property
+    def base_url(self) -> str:
+        if self.mode == "attach":
+            assert self.url is not None
+            return self.url.rstrip("/")
+        return f"http://{self.host}:{self.port}"

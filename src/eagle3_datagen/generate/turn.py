@@ -1,0 +1,138 @@
+"""One turn of one conversation: its answer found in what earlier runs left or sent for, then
+validated, and made the turn's record (or its reject)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from eagle3_datagen.generate.conversation import TurnAt
+from eagle3_datagen.generate.earlier import Earlier
+from eagle3_datagen.generate.media import TurnImages
+from eagle3_datagen.generate.rejects import earlier_reject, turn_reject, validation_reject
+from eagle3_datagen.generate.send import send_turn
+from eagle3_datagen.generate.summary import Outcome
+from eagle3_datagen.inputs.prompts import Prompt
+from eagle3_datagen.sglang.client import GenerateResult
+from eagle3_datagen.validate.tokens import ToolCallCheck, Verdict, validate_output
+from eagle3_datagen.write.journal import prompt_key
+from eagle3_datagen.write.records import Record, Reject
+
+if TYPE_CHECKING:
+    from eagle3_datagen.generate.batch import PartitionRunner
+
+
+async def run_turn(
+    runner: PartitionRunner,
+    index: int,
+    prompt: Prompt,
+    ids: list[int],
+    sampling: dict[str, Any],
+    earlier: Earlier,
+    out: Outcome,
+    at: TurnAt,
+    media: TurnImages | None = None,
+) -> Record | None:
+    """One turn's record: found in what earlier runs left, or generated and validated.
+    None when the turn was rejected (the reject is in ``out``). ``media``: the turn's
+    images; the ids the model sees are then ``media.expanded``."""
+    key = prompt_key(at.id, ids, media.digests if media else ())
+    found = earlier.find(key)
+    if isinstance(found, Record):
+        return dataclasses.replace(found, source_line=prompt.line)
+    if isinstance(found, Reject):
+        out.end(earlier_reject(runner.partition, found, prompt.line))
+        return None
+    result = found
+    if result is None:
+        suffix = at.id[len(prompt.id) :]
+        result, error = await send_turn(runner, index, prompt, ids, sampling, suffix, media)
+        out.sent += 1
+        if result is None:
+            reject = turn_reject(
+                runner.partition, prompt, "server", "server_rejected", error or "", ids, at=at
+            )
+            out.end(reject)
+            return None
+        earlier.add(key, result)
+    verdict = _validate(runner, prompt, media.expanded if media else ids, result)
+    if not verdict.accepted:
+        out.end(validation_reject(runner.partition, prompt, ids, result, verdict, at))
+        return None
+    return accepted_record(runner, prompt, ids, media, result, verdict, sampling, at)
+
+
+def _validate(
+    runner: PartitionRunner, prompt: Prompt, seen: list[int], result: GenerateResult
+) -> Verdict:
+    """The output checked against what the model saw (``seen``: the ids the server counted)."""
+    return validate_output(
+        seen,
+        result.output_ids,
+        finish_type=result.finish_type,
+        finish_matched=result.finish_matched,
+        prompt_tokens=result.prompt_tokens,
+        completion_tokens=result.completion_tokens,
+        ids=runner.ids,
+        policy=runner.config.validation,
+        tool_check=ToolCallCheck(runner.tokenizer.decode, prompt.tools),
+    )
+
+
+def accepted_record(
+    runner: PartitionRunner,
+    prompt: Prompt,
+    ids: list[int],
+    media: TurnImages | None,
+    result: GenerateResult,
+    verdict: Verdict,
+    sampling: dict[str, Any],
+    at: TurnAt,
+) -> Record:
+    """The record of an accepted turn: the ids as sent, the output as returned, and for an
+    image prompt the ids the model saw and its images."""
+    seen = media.expanded if media else ids
+    return Record(
+        id=at.id,
+        partition=runner.partition.name,
+        prompt_ids=ids,
+        output_ids=result.output_ids,
+        finish_reason=result.finish_type,
+        prompt_tokens=len(seen),
+        completion_tokens=len(result.output_ids),
+        truncated=verdict.truncated,
+        think_end_index=verdict.think_end_index,
+        cached_tokens=result.cached_tokens,
+        e2e_latency=result.e2e_latency,
+        source_line=prompt.line,
+        rid=result.rid,
+        conversation_id=prompt.id,
+        turn=at.turn,
+        sample=at.sample,
+        sampling=sampling_columns(sampling),
+        model_prompt_ids=media.expanded if media else None,
+        images=media.columns() if media else None,
+    )
+
+
+def turn_sampling(runner: PartitionRunner, rec_id: str, temperature: float) -> dict[str, Any]:
+    """The request's sampling: the sample's temperature, the record's own seed."""
+    sampling = runner.sampling
+    if temperature != sampling["temperature"]:
+        sampling = {**sampling, "temperature": temperature}
+    if (seed := runner.config.sampling.request_seed(rec_id)) is not None:
+        sampling = {**sampling, "sampling_seed": seed}  # one seed per record
+    return sampling
+
+
+def sampling_columns(sampling: dict[str, Any]) -> dict[str, Any]:
+    """The ``sampling`` column of a record: what decided its draw."""
+    return {
+        "temperature": sampling["temperature"],
+        "top_p": sampling["top_p"],
+        "top_k": sampling["top_k"],
+        "min_p": sampling["min_p"],
+        "repetition_penalty": sampling["repetition_penalty"],
+        "max_new_tokens": sampling["max_new_tokens"],
+        "sampling_seed": sampling.get("sampling_seed"),
+    }
