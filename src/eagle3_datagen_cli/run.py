@@ -16,7 +16,6 @@ from eagle3_datagen.errors import (
     OutputWriteError,
     TokenizerError,
 )
-from eagle3_datagen.precheck import check_before_server, check_inputs_and_output
 from eagle3_datagen_cli.console import one_line
 from eagle3_datagen_cli.flow_run import run_pipeline
 
@@ -46,6 +45,8 @@ def _check_first(config: PipelineConfig, partitions: list[str] | None, overwrite
     then the tokenizer, special tokens and the data already in the output directory. The flow
     makes them again in this process at no cost: input line counts and the tokenizer are
     cached."""
+    from eagle3_datagen.precheck import check_before_server, check_inputs_and_output
+
     check_inputs_and_output(config, partitions)
     check_before_server(config, partitions, overwrite=overwrite)
 
