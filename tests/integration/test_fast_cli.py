@@ -51,15 +51,18 @@ def _no_prefect_server(home: Path) -> None:
     assert not (home / "prefect.db").exists(), "Prefect's temporary server was started"
 
 
-def test_input_and_output_errors_come_before_prefect(tmp_path: Path) -> None:
+def test_input_output_and_tokenizer_errors_come_before_prefect(tmp_path: Path) -> None:
     home = tmp_path / "prefect-home"
     missing = demo_config(tmp_path / "out").model_dump(mode="json")
     missing["partitions"][0]["input"] = str(tmp_path / "missing.jsonl")
     (tmp_path / "a-file").write_text("not a directory\n")
     unwritable = demo_config(tmp_path / "a-file").model_dump(mode="json")
+    split = demo_config(tmp_path / "out").model_dump(mode="json")
+    split["special_tokens"]["think_end"] = "<not one token>"
     cases = {
         "missing input": _write(tmp_path / "missing.yaml", missing),
         "output is a file": _write(tmp_path / "unwritable.yaml", unwritable),
+        "a special token the tokenizer splits": _write(tmp_path / "split.yaml", split),
     }
     for case, path in cases.items():
         out = _cli(home, "run", str(path))
@@ -69,6 +72,7 @@ def test_input_and_output_errors_come_before_prefect(tmp_path: Path) -> None:
         _no_prefect_server(home)
     assert "input file not found for partition 'demo_short'" in _flow_says(cases["missing input"])
     assert "the output directory is a file" in _flow_says(cases["output is a file"])
+    assert "<not one token>" in _flow_says(cases["a special token the tokenizer splits"])
 
 
 def test_a_bad_config_comes_before_prefect(tmp_path: Path) -> None:
