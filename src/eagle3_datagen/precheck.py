@@ -9,9 +9,11 @@ write), and every setting the config alone decides that differs from the data al
 output directory (the server's own settings are compared once it answers: ``write/guard.py``).
 Every input problem is reported at once.
 
-:func:`check_inputs_and_output` is the part that needs neither the tokenizer nor Prefect: the
-command line runs it before it starts Prefect's temporary server (seconds to a minute), so a
-missing prompts file or an output it cannot write is told at once, in the flow's own words.
+None of it needs Prefect: the command line runs these checks too, before it starts Prefect's
+temporary server (seconds to a minute), so a bad input, tokenizer or output is told in the
+flow's own words without waiting for it; :func:`check_inputs_and_output` (no tokenizer) first,
+in about a second. Line counts (here) and the tokenizer (``render/chat_tokenizer.py``) are
+cached in the process, so the flow's own check after the command line's costs nothing.
 """
 
 from __future__ import annotations
