@@ -35,7 +35,7 @@ from eagle3_datagen.report.ui import (
     partition_summary,
     progress_percent,
 )
-from eagle3_datagen.write.resume import drop_superseded, superseded_line
+from eagle3_datagen.write.resume import drop_superseded, reuse_line, superseded_line
 from eagle3_datagen_flows.prefect_text import artifact_key
 from eagle3_datagen_flows.secrets import api_key_for
 from eagle3_datagen_tasks.batch import generate_batch
@@ -111,6 +111,8 @@ async def _plan(config: PipelineConfig, partition: str, logger: Any) -> Partitio
         logger.warning(f"{partition}: {len(plan.duplicates)} lines repeat an earlier id; rejected")
     if plan.superseded:
         logger.warning(superseded_line(partition, plan.superseded, len(plan.reuse)))
+    if plan.done_lines:  # a rerun: what it keeps and what is left
+        logger.info(reuse_line(partition, plan.done_lines, plan.total_lines, len(plan.reuse)))
     return plan
 
 

@@ -135,11 +135,13 @@ def summary_rows(
 
 
 def partition_summary(output_dir: str, partition: str, progress: Progress | None) -> dict[str, Any]:
-    """A partition's totals from disk (every run), with this run's wall time and output rate."""
+    """A partition's totals from disk (every run), with this run's wall time, output rate and
+    the lines it kept from earlier runs (their batches were committed already)."""
     summary = summarize_on_disk(output_dir, partition)
     if progress is not None:
         summary["wall_s"] = round(progress.elapsed(), 1)
         summary["output_tok_s"] = progress.tok_s_shown()
+        summary["reused_lines"] = progress.skipped_lines
     return summary
 
 
