@@ -47,6 +47,7 @@ from eagle3_datagen_flows.partition import generate_partition
 from eagle3_datagen_flows.prefect_text import failure_reason
 from eagle3_datagen_flows.run_report import RunReport
 from eagle3_datagen_flows.secrets import api_key_for
+from eagle3_datagen_flows.stopping import cancel_on_sigterm, cancelled
 
 
 def _cancelled(err: BaseException) -> bool:
@@ -121,8 +122,8 @@ async def _run_partitions(
     """Every partition's subflow, side by side on the run's server; records each end."""
     srv = session.srv
     outcome.started()
-    final = await asyncio.gather(
-        *(
+    running = {
+        name: asyncio.ensure_future(
             _partition(
                 name,
                 config.partition(name).tier,
@@ -134,9 +135,14 @@ async def _run_partitions(
                 parquet_metadata=parquet_metadata(session.fingerprint),
                 run=session.run,
             )
-            for name in names
         )
-    )
+        for name in names
+    }
+    try:
+        final = await asyncio.gather(*running.values())
+    except asyncio.CancelledError:
+        await _keep_completed(running, outcome)
+        raise
     with contextlib.suppress(Exception):  # a report never fails the run
         await publish_limit_changes(srv.controller)
     # A fault no retry can fix stopped every partition: that is the run's one reason.
@@ -149,6 +155,15 @@ async def _run_partitions(
             reason = failure_reason(state.message, state.type.value)
             outcome.partition_failed(name, state.type.value, reason, state.message)
     return states
+
+
+async def _keep_completed(running: dict[str, Any], outcome: RunOutcome) -> None:
+    """A stopped run's partitions that had completed stay completed in every report."""
+    for name, task in running.items():
+        if task.done() and not task.cancelled() and task.exception() is None:
+            state = task.result()
+            if state.is_completed():
+                outcome.partition_completed(name, await state.aresult())
 
 
 def _write_manifest(
@@ -241,6 +256,7 @@ async def datagen(
     report = RunReport(flow_run, outcome, meter)
     started = datetime.now(UTC)
     locks = _locks(config, names, flow_run)
+    stopped = None
     try:
         # Inputs, tokenizer, special tokens, output before the server: a model load takes
         # minutes. Then one writer per partition: another run holding one refuses this one.
@@ -249,6 +265,7 @@ async def datagen(
             logger.warning(note)
         await report.open()
         async with (
+            cancel_on_sigterm(),
             _session(
                 config, names, check, meter, flow_run, server_url, overwrite, logger
             ) as session,
@@ -262,11 +279,15 @@ async def datagen(
         await report.publish_data(config, manifest, states)
     except BaseException as err:
         outcome.stopped(err, cancelled=_cancelled(err))
-        raise
+        if not isinstance(err, asyncio.CancelledError):
+            raise
+        stopped = cancelled(outcome.cancelled_message())  # Cancelled, not Crashed
     finally:
         await report.summary(config.output_dir)
         locks.release()
         await report.record_history(config.output_dir, started)
+    if stopped is not None:
+        return stopped  # type: ignore[return-value]
     failure = outcome.failure()
     if failure is not None:
         raise failure
