@@ -21,7 +21,6 @@ from prefect import flow, get_run_logger, tags
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import get_run_context
-from prefect.exceptions import TerminationSignal
 from prefect.flows import Flow
 from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_run
@@ -47,13 +46,7 @@ from eagle3_datagen_flows.partition import generate_partition
 from eagle3_datagen_flows.prefect_text import failure_reason
 from eagle3_datagen_flows.run_report import RunReport
 from eagle3_datagen_flows.secrets import api_key_for
-from eagle3_datagen_flows.stopping import cancel_on_sigterm, cancelled
-
-
-def _cancelled(err: BaseException) -> bool:
-    """A stop that someone asked for: a cancellation from the UI or API (SIGTERM from the
-    worker), Ctrl-C, or the task's cancellation by the command line's signal handler."""
-    return isinstance(err, asyncio.CancelledError | KeyboardInterrupt | TerminationSignal)
+from eagle3_datagen_flows.stopping import cancel_on_sigterm, stopped_run
 
 
 def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]) -> None:
@@ -256,7 +249,7 @@ async def datagen(
     report = RunReport(flow_run, outcome, meter)
     started = datetime.now(UTC)
     locks = _locks(config, names, flow_run)
-    stopped = None
+    stopped: State[Any] | None = None
     try:
         # Inputs, tokenizer, special tokens, output before the server: a model load takes
         # minutes. Then one writer per partition: another run holding one refuses this one.
@@ -278,10 +271,7 @@ async def datagen(
         manifest = _write_manifest(config, session.fingerprint, outcome, logger)
         await report.publish_data(config, manifest, states)
     except BaseException as err:
-        outcome.stopped(err, cancelled=_cancelled(err))
-        if not isinstance(err, asyncio.CancelledError):
-            raise
-        stopped = cancelled(outcome.cancelled_message())  # Cancelled, not Crashed
+        stopped = stopped_run(err, outcome)  # Cancelled (not Crashed) when someone stopped it
     finally:
         await report.summary(config.output_dir)
         locks.release()

@@ -21,7 +21,10 @@ import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
+from prefect.exceptions import TerminationSignal
 from prefect.states import Cancelled, State
+
+from eagle3_datagen.report.outcome import RunOutcome
 
 # The flows' tasks that SIGTERM cancels (the first, outermost one), while their bodies run.
 _bodies: list[asyncio.Task[Any]] = []
@@ -40,7 +43,26 @@ def cancelled(message: str) -> State[Any]:
     return Cancelled(message=message)
 
 
+def is_a_stop(err: BaseException) -> bool:
+    """A stop that someone asked for: a cancellation from the UI or API (SIGTERM from the
+    worker), Ctrl-C, or the task's cancellation by the command line's signal handler."""
+    return isinstance(err, asyncio.CancelledError | KeyboardInterrupt | TerminationSignal)
+
+
+def stopped_run(err: BaseException, outcome: RunOutcome) -> State[Any]:
+    """The run stopped on ``err``: the outcome notes it; a cancellation (Ctrl-C, Cancel) makes
+    the run's Cancelled state, saying what had completed; anything else is raised again."""
+    outcome.stopped(err, cancelled=is_a_stop(err))
+    if not isinstance(err, asyncio.CancelledError):
+        raise err
+    return cancelled(outcome.cancelled_message())
+
+
 def _on_sigterm() -> None:
+    """The first SIGTERM starts the stop; a later one (a worker whose first went unanswered
+    sends more) would cancel batches again while they record their Cancelled state."""
+    if received:
+        return
     received.append(signal.SIGTERM)
     for task in _bodies:
         if not task.done():
@@ -71,6 +93,7 @@ async def cancel_on_sigterm() -> AsyncIterator[None]:
     outermost = not _bodies
     if outermost:
         _previous[:] = [signal.getsignal(signal.SIGTERM)]
+        received.clear()
     if not _arm(loop):
         yield
         return

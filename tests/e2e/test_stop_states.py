@@ -219,7 +219,11 @@ def test_cancel_from_the_ui(
         f"/flow_runs/{run_id}/set_state",
         {"state": {"type": "CANCELLING", "message": "cancelled from the UI"}, "force": True},
     )
-    _told_the_truth(srv, run_id, before)
+    try:
+        _told_the_truth(srv, run_id, before)
+    except AssertionError as err:
+        said = deployed.read_bytes()[offset:].decode(errors="replace")
+        raise AssertionError(f"{err}\nworker log:\n{said[-12000:]}") from None
     _wait(lambda: not pid_alive(server), lambda: f"server {server} outlived its run", 60)
     said = deployed.read_bytes()[offset:].decode(errors="replace")
     for word in ("Traceback", "Crash detected", "server lost", "relaunching"):
