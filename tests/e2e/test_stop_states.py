@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ def _one_finished(srv: PrefectServer, parent_id: str) -> bool:
     return states == {"demo_short": "COMPLETED", "demo_images": "COMPLETED", "demo_long": "RUNNING"}
 
 
-def _wait(what: Any, why: str, timeout_s: float = 300) -> Any:
+def _wait(what: Callable[[], Any], why: Callable[[], Any], timeout_s: float = 300) -> Any:
     deadline = time.monotonic() + timeout_s
     while not (got := what()):
         assert time.monotonic() < deadline, why()
@@ -201,9 +202,7 @@ def test_ctrl_c_before_generation(prefect_server: PrefectServer, tmp_path: Path)
     assert not list((out / ".state" / "servers").glob("*.json")), "server left behind"
 
 
-def test_cancel_from_the_ui(
-    prefect_server: PrefectServer, deployed: Path, tmp_path: Path
-) -> None:
+def test_cancel_from_the_ui(prefect_server: PrefectServer, deployed: Path, tmp_path: Path) -> None:
     srv = prefect_server
     config = demo_config(tmp_path / "out").model_dump(mode="json")
     config["server"]["extra_args"] += SLOW_LONG
