@@ -68,7 +68,7 @@ def stopping_now(signum: int) -> None:
 
     name = signal.Signals(signum).name
     print(
-        f"eagle3-datagen: {name}: stopping: cancelling the batches in flight, then the server",
+        f"eagle3-datagen: {name}: stopping: cancelling the batches in flight, then closing the run",
         file=sys.stderr,
         flush=True,
     )
