@@ -16,6 +16,7 @@ from prefect.artifacts import (
     acreate_table_artifact,
     aupdate_progress_artifact,
 )
+from prefect.states import State
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.errors import PartitionFailed
@@ -38,6 +39,7 @@ from eagle3_datagen.report.ui import (
 from eagle3_datagen.write.resume import drop_superseded, reuse_line, superseded_line
 from eagle3_datagen_flows.prefect_text import artifact_key
 from eagle3_datagen_flows.secrets import api_key_for
+from eagle3_datagen_flows.stopping import cancel_on_sigterm, cancelled
 from eagle3_datagen_tasks.batch import generate_batch
 
 PROGRESS_EVERY_S = 10.0
@@ -158,7 +160,10 @@ async def _run_batches(
 
     async def _batch(spec: Any) -> Any:
         runner.raise_if_server_lost()  # no task run for a batch that cannot succeed
-        return await batch_task(runner, spec)
+        result = await batch_task(runner, spec)
+        if isinstance(result, State):  # the task ended Cancelled: the stop goes on
+            raise asyncio.CancelledError
+        return result
 
     return await run_windowed(iter(plan.batches), _batch, plan.window)
 
@@ -183,7 +188,34 @@ async def generate_partition(
 
     ``run`` carries the parent run's server budget, supervisor and meter; without it (a
     partition run on its own) the config's limits apply and no supervisor watches the server.
+    Stopped (Ctrl-C, Cancel), it ends Cancelled once its batches in flight have.
     """
+    async with cancel_on_sigterm():
+        try:
+            return await _generate(
+                config,
+                partition,
+                server_url,
+                context_length,
+                max_req_input_len,
+                parquet_metadata,
+                run,
+            )
+        except asyncio.CancelledError:
+            message = f"{partition}: the run was stopped before this partition finished"
+            return cancelled(message)  # type: ignore[return-value]
+
+
+async def _generate(
+    config: PipelineConfig,
+    partition: str,
+    server_url: str,
+    context_length: int | None = None,
+    max_req_input_len: int | None = None,
+    parquet_metadata: dict[str, str] | None = None,
+    run: RunContext | None = None,
+) -> dict[str, Any]:
+    """The partition's records: plan, client, batches, its failed-batches table."""
     logger = get_run_logger()
     if run is None:
         run = RunContext.standalone(config, run_key=str(prefect.runtime.flow_run.id))

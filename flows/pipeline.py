@@ -21,7 +21,6 @@ from prefect import flow, get_run_logger, tags
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import get_run_context
-from prefect.exceptions import TerminationSignal
 from prefect.flows import Flow
 from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_run
@@ -47,12 +46,7 @@ from eagle3_datagen_flows.partition import generate_partition
 from eagle3_datagen_flows.prefect_text import failure_reason
 from eagle3_datagen_flows.run_report import RunReport
 from eagle3_datagen_flows.secrets import api_key_for
-
-
-def _cancelled(err: BaseException) -> bool:
-    """A stop that someone asked for: a cancellation from the UI or API (SIGTERM from the
-    worker), Ctrl-C, or the task's cancellation by the command line's signal handler."""
-    return isinstance(err, asyncio.CancelledError | KeyboardInterrupt | TerminationSignal)
+from eagle3_datagen_flows.stopping import cancel_on_sigterm, stopped_run
 
 
 def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]) -> None:
@@ -121,8 +115,8 @@ async def _run_partitions(
     """Every partition's subflow, side by side on the run's server; records each end."""
     srv = session.srv
     outcome.started()
-    final = await asyncio.gather(
-        *(
+    running = {
+        name: asyncio.ensure_future(
             _partition(
                 name,
                 config.partition(name).tier,
@@ -134,9 +128,14 @@ async def _run_partitions(
                 parquet_metadata=parquet_metadata(session.fingerprint),
                 run=session.run,
             )
-            for name in names
         )
-    )
+        for name in names
+    }
+    try:
+        final = await asyncio.gather(*running.values())
+    except asyncio.CancelledError:
+        await _keep_completed(running, outcome)
+        raise
     with contextlib.suppress(Exception):  # a report never fails the run
         await publish_limit_changes(srv.controller)
     # A fault no retry can fix stopped every partition: that is the run's one reason.
@@ -149,6 +148,15 @@ async def _run_partitions(
             reason = failure_reason(state.message, state.type.value)
             outcome.partition_failed(name, state.type.value, reason, state.message)
     return states
+
+
+async def _keep_completed(running: dict[str, Any], outcome: RunOutcome) -> None:
+    """A stopped run's partitions that had completed stay completed in every report."""
+    for name, task in running.items():
+        if task.done() and not task.cancelled() and task.exception() is None:
+            state = task.result()
+            if state.is_completed():
+                outcome.partition_completed(name, await state.aresult())
 
 
 def _write_manifest(
@@ -241,6 +249,7 @@ async def datagen(
     report = RunReport(flow_run, outcome, meter)
     started = datetime.now(UTC)
     locks = _locks(config, names, flow_run)
+    stopped: State[Any] | None = None
     try:
         # Inputs, tokenizer, special tokens, output before the server: a model load takes
         # minutes. Then one writer per partition: another run holding one refuses this one.
@@ -249,6 +258,7 @@ async def datagen(
             logger.warning(note)
         await report.open()
         async with (
+            cancel_on_sigterm(),
             _session(
                 config, names, check, meter, flow_run, server_url, overwrite, logger
             ) as session,
@@ -261,12 +271,13 @@ async def datagen(
         manifest = _write_manifest(config, session.fingerprint, outcome, logger)
         await report.publish_data(config, manifest, states)
     except BaseException as err:
-        outcome.stopped(err, cancelled=_cancelled(err))
-        raise
+        stopped = stopped_run(err, outcome)  # Cancelled (not Crashed) when someone stopped it
     finally:
         await report.summary(config.output_dir)
         locks.release()
         await report.record_history(config.output_dir, started)
+    if stopped is not None:
+        return stopped  # type: ignore[return-value]
     failure = outcome.failure()
     if failure is not None:
         raise failure

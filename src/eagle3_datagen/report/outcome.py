@@ -66,6 +66,16 @@ class RunOutcome:
             if name not in self.completed:
                 self.errors.setdefault(name, stopped_reason(err, cancelled=cancelled))
 
+    def cancelled_message(self) -> str:
+        """A stopped run's state message: which partitions had completed, what a rerun does."""
+        done = [name for name in self.names if name in self.completed]
+        left = [name for name in self.names if name not in self.completed]
+        finished = f" ({', '.join(done)})" if done else ""
+        return (
+            f"stopped before it finished: {len(done)} of {len(self.names)} partitions "
+            f"completed{finished}; a rerun finishes {', '.join(left)}"
+        )
+
     def manifest_failure_is_consequence(self) -> bool:
         """Whether a manifest that cannot be written is only a consequence (logged, a rerun
         rewrites it) rather than the run's reason: a full disk fails a shard first, and that

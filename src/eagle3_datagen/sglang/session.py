@@ -264,6 +264,7 @@ async def open_server(
             log_path=str(current.log_path) if current else None,
         )
     finally:
+        supervisor.stand_down()  # from here on the server is stopped on purpose, never lost
         if controller is not None:
             await controller.aclose()
         await supervisor.aclose()
