@@ -61,6 +61,17 @@ COLUMNS: dict[str, str] = {
     "the image's tokens, the ids the model saw (`prompt_tokens` counts them); null for text",
     "images": "image prompts: list of struct ref, sha256, width, height, format, tokens, in "
     "placeholder order (`docs/images.md`); null for text",
+    "spec_verify_ct": "speculating server: verify steps of the request; null when the server "
+    "sent no speculative fields (it does not speculate), never 0",
+    "spec_num_correct_drafts": "speculating server: draft tokens accepted (bonus tokens "
+    "excluded); null as above",
+    "spec_num_proposed_drafts": "speculating server: `spec_verify_ct * (draft tokens - 1)`; "
+    "null as above",
+    "spec_accept_length": "speculating server: `completion_tokens / spec_verify_ct`, SGLang's "
+    "per-request figure; null as above",
+    "spec_accept_rate": "speculating server: correct / proposed drafts; null as above",
+    "spec_correct_drafts_histogram": "speculating server: list<int32>, verify steps by number of "
+    "drafts accepted; null as above",
 }
 
 

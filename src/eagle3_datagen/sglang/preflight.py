@@ -7,6 +7,8 @@ What is checked, and why:
 - ``reasoning_parser`` must be unset: the contract is raw ``output_ids`` from a server launched
   without it (docs/contract.md), so a server with one is refused even though ``/generate``
   ignores it.
+- A speculating server must be lossless, and its draft (where readable here) must fit the
+  model (``spec_preflight.py``).
 - ``tp_size`` and the model/tokenizer paths are compared with the config (warnings only: an
   attached server may legitimately differ, e.g. a hub id versus a local snapshot).
 - One smoke ``/generate`` with ``input_ids`` and the run's own sampling parameters, under the
@@ -35,6 +37,7 @@ from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.health import LogSink
 from eagle3_datagen.sglang.redact import is_secret_name, redact_text
 from eagle3_datagen.sglang.requests import generate_with_retries
+from eagle3_datagen.sglang.spec_preflight import check_attached_draft, refuse_lossy
 
 _default_log = logging.getLogger(__name__)
 
@@ -249,6 +252,8 @@ async def preflight(
 
     server_info, model_info = await _query(client, api_key)
     _refuse_reasoning_parser(client, server_info, model_info)
+    refuse_lossy(client.base_url, server_info, server, sampling)  # spec_preflight.py
+    check_attached_draft(server_info, model)
     for message in _mismatches(server_info, model_info, server=server, model=model):
         warn(message)
     context_length, source = await resolve_context_length(client, server_info, model_info)
