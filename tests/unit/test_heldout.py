@@ -79,9 +79,12 @@ def test_the_exports_validation_rows_repeat_no_training_prompt(repeated: Path, t
     )
     train, val = read_jsonl(out), read_jsonl(tmp_path / "spec.validation.jsonl")
     assert train and val
-    first = lambda rows: {  # noqa: E731 - a first turn's input is its prompt + output
-        tuple(r["input_ids"][: r["loss_mask"].index(1)]) for r in rows if r["id"].endswith("#t0")
-    }
+
+    def first(rows: list[dict[str, Any]]) -> set[tuple[int, ...]]:
+        """The first turns' prompts (the ids before the loss mask starts)."""
+        ids = (r["input_ids"][: r["loss_mask"].index(1)] for r in rows if r["id"].endswith("#t0"))
+        return {tuple(x) for x in ids}
+
     assert not first(train) & first(val)
     convs = {side: {r["primary_id"] for r in rows} for side, rows in (("t", train), ("v", val))}
     assert not convs["t"] & convs["v"]

@@ -79,7 +79,9 @@ def gate(accept_length: float, baseline: Baseline | None, max_drop: float) -> di
         "drop": round(drop, 4),
         "max_drop": max_drop,
     }
-    change = f"accept length {accept_length:.3f} vs {baseline.accept_length:.3f} in {baseline.source}"
+    change = (
+        f"accept length {accept_length:.3f} vs {baseline.accept_length:.3f} in {baseline.source}"
+    )
     verdict["reason"] = (
         f"{change}: dropped {drop:.3f} > the allowed {max_drop}"
         if drop > max_drop
@@ -91,7 +93,6 @@ def gate(accept_length: float, baseline: Baseline | None, max_drop: float) -> di
 def record_in_history(dataset: str | Path, result: dict[str, Any]) -> Path:
     """Append the eval's line to the dataset's ``history.jsonl``."""
     entry = {"kind": KIND, **{k: result.get(k) for k in _HISTORY_KEYS}}
-    entry["partitions_accept_length"] = {
-        name: s["accept_length"] for name, s in (result.get("slices") or {}).get("partition", {}).items()
-    }
+    by_partition = (result.get("slices") or {}).get("partition", {})
+    entry["partitions_accept_length"] = {k: s["accept_length"] for k, s in by_partition.items()}
     return append_history(dataset, entry)

@@ -61,7 +61,8 @@ def request_sampling(
     try:
         sampling = Sampling(**{k: v for k, v in values.items() if v is not None})
     except ValueError as err:
-        raise DatasetError(f"{ds.manifest_path}: unusable sampling for {partition}: {err}") from None
+        where = f"{ds.manifest_path}: unusable sampling for {partition}"
+        raise DatasetError(f"{where}: {err}") from None
     max_new = stored.get("max_new_tokens") or _tier_tokens(ds, partition)
     if not max_new:
         raise DatasetError(

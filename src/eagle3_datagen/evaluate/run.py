@@ -20,7 +20,7 @@ from eagle3_datagen.errors import ServerError
 from eagle3_datagen.evaluate.gate import gate, load_baseline, record_in_history
 from eagle3_datagen.evaluate.measure import measure
 from eagle3_datagen.evaluate.records import held_out_records
-from eagle3_datagen.evaluate.server import check_draft_fits, check_lossless, speculating
+from eagle3_datagen.evaluate.server import check_draft, check_lossless, speculating
 from eagle3_datagen.evaluate.slices import acceptance
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.write.dataset_dir import DatasetDir
@@ -67,7 +67,9 @@ class EvalResult:
             f"position {d['position_acceptance']}",
         ]
         for name, values in d["slices"].items():
-            cells = ", ".join(f"{k}: {v['accept_length']} ({v['records']})" for k, v in values.items())
+            cells = ", ".join(
+                f"{k}: {v['accept_length']} ({v['records']})" for k, v in values.items()
+            )
             out.append(f"  by {name}: {cells}")
         out += [f"note: {note}" for note in d["unchecked"]]
         out.append(f"gate: {'passed' if self.ok else 'FAILED'}: {self.reason}")
@@ -93,7 +95,7 @@ async def _measure(opts: EvalOptions, on_done: Callable[[int], None] | None) -> 
         info = await client.server_info()
         settings = speculating(info, opts.server_url)
         check_lossless(info, opts.server_url, (r.sampling for r in held.records))
-        unchecked = check_draft_fits(info, opts.draft, None)
+        unchecked = check_draft(info, opts.draft)
         started = datetime.now(UTC)
         measured = await measure(
             client, held.records, settings, concurrency=opts.concurrency, on_done=on_done

@@ -15,11 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_datagen.errors import PreflightError
+from eagle3_datagen.sglang.spec_preflight import check_draft_dir, check_draft_fits
 from eagle3_datagen.sglang.speculative import SpeculativeSettings, lossy_reasons
-
-# Where Hugging Face configs keep the sizes: top level, a multimodal model's text config,
-# speculators' draft config.
-_NESTED = ("text_config", "transformer_layer_config")
 
 
 def speculating(info: Mapping[str, Any], url: str) -> SpeculativeSettings:
@@ -48,57 +45,30 @@ def check_lossless(info: Mapping[str, Any], url: str, samplings: Iterable[dict[s
         raise PreflightError(f"{url} speculates lossily: {reasons[0]}{more}")
 
 
-def _sizes(config: Mapping[str, Any]) -> dict[str, int]:
-    found: dict[str, int] = {}
-    for where in (config, *(config.get(k) for k in _NESTED)):
-        if isinstance(where, Mapping):
-            for key in ("vocab_size", "hidden_size"):
-                if isinstance(where.get(key), int):
-                    found.setdefault(key, where[key])
-    return found
-
-
-def read_config(directory: Path, what: str) -> dict[str, Any]:
-    """A model directory's ``config.json``; a missing or unreadable one is an error naming it."""
-    if not directory.is_dir():
-        raise PreflightError(f"{what} directory {directory}: does not exist or is not a directory")
-    path = directory / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as err:
-        raise PreflightError(f"{what} directory {directory}: cannot read config.json: {err}")
-    return data if isinstance(data, dict) else {}
-
-
-def check_draft_fits(
-    info: Mapping[str, Any], draft: str | Path | None, target: str | Path | None
-) -> list[str]:
-    """Compare the draft's vocabulary and hidden size with the target's, from their
-    ``config.json`` where this machine can read them; returns what could not be checked.
+def check_draft(info: Mapping[str, Any], draft: str | None, target: str | None = None) -> list[str]:
+    """The draft fits the target (vocabulary, hidden size: ``sglang/spec_preflight.py``) where
+    this machine can read both configs; returns what could not be checked.
 
     ``draft`` given explicitly must be a readable directory; otherwise the server's
     ``speculative_draft_model_path`` is used when it is a directory here.
     """
-    if draft is None:
+    if draft is not None:
+        draft_dir = check_draft_dir(draft, "--draft")
+    else:
         reported = info.get("speculative_draft_model_path")
-        draft = reported if reported and Path(str(reported)).is_dir() else None
-    target = target or info.get("model_path")
-    if draft is None:
-        return ["draft fit not checked: the draft directory is not readable here (pass --draft)"]
-    draft_sizes = _sizes(read_config(Path(draft), "draft"))
-    if not target or not Path(str(target)).is_dir():
-        return [f"draft fit not checked: the target {target!r} is not a directory here"]
-    target_sizes = _sizes(read_config(Path(str(target)), "target"))
-    unchecked = []
-    for key in ("vocab_size", "hidden_size"):
-        d, t = draft_sizes.get(key), target_sizes.get(key)
-        if d is None or t is None:
-            unchecked.append(f"{key} not checked: not in the {'draft' if d is None else 'target'}"
-                             " config.json")
-        elif d != t:
-            raise PreflightError(
-                f"draft {draft} does not fit the target {target}: {key} {d} != {t}"
-            )
-    return unchecked
+        if not reported or not Path(str(reported)).expanduser().is_dir():
+            return [
+                f"draft fit not checked: the server's draft {reported!r} is not a directory "
+                "here (pass --draft DIR)"
+            ]
+        draft_dir = Path(str(reported)).expanduser()
+    target_dir = Path(str(target or info.get("model_path") or "")).expanduser()
+    missing = [
+        f"{what} {d / 'config.json'}"
+        for what, d in (("draft", draft_dir), ("target", target_dir))
+        if not (d / "config.json").is_file()
+    ]
+    if missing:
+        return [f"draft fit not checked: no readable {' nor '.join(missing)}"]
+    check_draft_fits(draft_dir, target_dir)
+    return []
