@@ -115,10 +115,10 @@ async def _measure(opts: EvalOptions, on_done: Callable[[int], None] | None) -> 
     }
 
 
-def run_eval(opts: EvalOptions, on_done: Callable[[int], None] | None = None) -> EvalResult:
+async def evaluate(opts: EvalOptions, on_done: Callable[[int], None] | None = None) -> EvalResult:
     """Measure, compare with the baseline, then write the JSON and the history line."""
     baseline = load_baseline(opts.baseline, opts.dataset) if opts.baseline else None
-    data = asyncio.run(_measure(opts, on_done))
+    data = await _measure(opts, on_done)
     if data["accept_length"] is None:
         raise ServerError(
             f"{opts.server_url}: no held-out request had a verify step (each ended after its "
@@ -132,3 +132,8 @@ def run_eval(opts: EvalOptions, on_done: Callable[[int], None] | None = None) ->
     if opts.record_history:
         record_in_history(opts.dataset, data)
     return EvalResult(data)
+
+
+def run_eval(opts: EvalOptions, on_done: Callable[[int], None] | None = None) -> EvalResult:
+    """:func:`evaluate` on a new event loop (the command line)."""
+    return asyncio.run(evaluate(opts, on_done))
