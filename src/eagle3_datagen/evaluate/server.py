@@ -35,7 +35,9 @@ def check_lossless(info: Mapping[str, Any], url: str, samplings: Iterable[dict[s
     seen: set[str] = set()
     reasons: list[str] = []
     for sampling in samplings:
-        key = json.dumps({k: v for k, v in sampling.items() if k != "sampling_seed"}, sort_keys=1)
+        key = json.dumps(
+            {k: v for k, v in sampling.items() if k != "sampling_seed"}, sort_keys=True
+        )
         if key in seen:
             continue
         seen.add(key)

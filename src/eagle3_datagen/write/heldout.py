@@ -41,7 +41,7 @@ def prompt_keys(prompt_ids: pa.ListArray, images: Sequence[Sequence[str]] | None
     """One digest per row of a ``prompt_ids`` column: its ids' int32 bytes and its images'
     SHA-256s (read from the Arrow buffer, the ids never become Python objects)."""
     values = prompt_ids.values
-    data = memoryview(values.buffers()[1]).cast("B")  # type: ignore[union-attr]
+    data = memoryview(values.buffers()[1]).cast("B")
     base = values.offset
     offsets = prompt_ids.offsets.to_pylist()
     keys = []
