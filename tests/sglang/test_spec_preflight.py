@@ -143,3 +143,33 @@ def test_the_launch_command_speculates_with_sglangs_flags(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="num_steps \\+ 1 = 4; leave it unset"):
         SpeculativeSpec(draft_model_path="d", num_draft_tokens=8)
     assert SpeculativeSpec(draft_model_path="d", eagle_topk=4, num_draft_tokens=8).draft_tokens == 8
+
+
+async def test_a_launched_emulator_speculates_from_the_config(tmp_path: Path) -> None:
+    """The launch path: server.speculative becomes SGLang's flags, the server reports them."""
+    import logging
+
+    from eagle3_datagen.config import parse_config
+    from eagle3_datagen.sglang.session import open_server
+    from tests.support.pipeline import base_config
+    from tests.support.prompts import write_prompts
+
+    prompts = write_prompts(tmp_path / "p.jsonl", 2)
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    data = base_config(tmp_path, prompts, speculative={"draft_model_path": str(draft)})
+    config = parse_config(data)
+    async with open_server(config, run_key="r", logger=logging.getLogger("t")) as session:
+        args = session.facts.server_args
+        assert session.display_cmd is not None and "--speculative-num-draft-tokens 4" in (
+            session.display_cmd
+        )
+    assert (args["speculative_algorithm"], args["speculative_num_steps"]) == ("EAGLE3", 3)
+    assert args["speculative_draft_model_path"] == str(draft)
+    missing = parse_config(
+        base_config(tmp_path, prompts, speculative={"draft_model_path": str(tmp_path / "gone")})
+    )
+    with pytest.raises(PreflightError, match="no such directory"):
+        async with open_server(missing, run_key="r2", logger=logging.getLogger("t")):
+            pass
+    assert not list((tmp_path / "out" / "logs").glob("server-*.log"))[1:]  # no second launch
