@@ -69,7 +69,8 @@ def _dims(config_path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         return {}
-    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+    nested = data.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else {}
     return {f: data.get(f, text.get(f)) for f in _FIT_FIELDS if data.get(f, text.get(f))}
 
 
