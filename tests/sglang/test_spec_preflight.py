@@ -35,10 +35,20 @@ def _spec_flags(draft: Path, *more: str) -> tuple[str, ...]:
 
 
 async def _preflight(
-    emu: EmulatorProcess, server: ServerSpec = ATTACH, sampling: Sampling | None = None
+    emu: EmulatorProcess,
+    server: ServerSpec = ATTACH,
+    sampling: Sampling | None = None,
+    temperatures: tuple[float, ...] = (),
 ) -> None:
     async with SGLangClient(emu.url) as client:
-        await preflight(client, server=server, model=MODEL, sampling=sampling, retries=QUICK)
+        await preflight(
+            client,
+            server=server,
+            model=MODEL,
+            sampling=sampling,
+            retries=QUICK,
+            temperatures=temperatures,
+        )
 
 
 @pytest.mark.parametrize(
@@ -73,6 +83,8 @@ async def test_simulated_acceptance_in_the_launch_env_is_refused(
 async def test_lossless_speculation_passes(emulator_factory: Start, tmp_path: Path) -> None:
     emu = emulator_factory(*_spec_flags(tmp_path, "--device", "cpu")).wait_ready()
     await _preflight(emu, sampling=Sampling(temperature=0.0))  # greedy: cpu is fine
+    with pytest.raises(PreflightError, match="device=cpu"):  # a partition samples at 0.7
+        await _preflight(emu, sampling=Sampling(temperature=0.0), temperatures=(0.0, 0.7))
     await _preflight(emulator_factory(*_spec_flags(tmp_path)).wait_ready())
 
 
