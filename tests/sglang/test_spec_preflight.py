@@ -114,6 +114,10 @@ def test_the_draft_is_checked_before_launch(tmp_path: Path) -> None:
         json.dumps({"vocab_size": TARGET_VOCAB, "hidden_size": 7168, "draft_vocab_size": 32})
     )
     check_before_launch(_launch(draft), MODEL)  # a reduced draft vocabulary fits
+    (draft / "config.json").unlink()
+    sglang = ServerSpec(speculative=SpeculativeSpec(draft_model_path=str(draft)))
+    with pytest.raises(PreflightError, match="no config.json"):
+        check_before_launch(sglang, MODEL)
     (draft / "config.json").write_text(json.dumps({"vocab_size": 163840}))
     with pytest.raises(PreflightError, match=r"does not fit the target.*vocab_size 163840"):
         check_before_launch(_launch(draft), MODEL)

@@ -109,10 +109,16 @@ def check_draft_fits(draft_dir: Path, target_dir: Path) -> None:
 
 
 def check_before_launch(server: ServerSpec, model: ModelSpec) -> None:
-    """Launch mode: the configured draft is a readable directory that fits the model."""
+    """Launch mode: the configured draft is a readable directory that fits the model (with a
+    config.json for SGLang; the emulator takes any directory)."""
     if server.speculative is None:
         return
     draft = check_draft_dir(server.speculative.draft_model_path)
+    if server.engine == "sglang" and not (draft / "config.json").is_file():
+        raise PreflightError(
+            f"server.speculative.draft_model_path {draft}: no config.json (SGLang reads it "
+            "while resolving its arguments, before it loads anything)"
+        )
     check_draft_fits(draft, Path(model.path).expanduser())
 
 
