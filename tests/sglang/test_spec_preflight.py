@@ -116,7 +116,7 @@ def test_the_draft_is_checked_before_launch(tmp_path: Path) -> None:
     check_before_launch(_launch(draft), MODEL)  # a reduced draft vocabulary fits
     (draft / "config.json").unlink()
     sglang = ServerSpec(speculative=SpeculativeSpec(draft_model_path=str(draft)))
-    with pytest.raises(PreflightError, match="no config.json"):
+    with pytest.raises(PreflightError, match=r"no config\.json"):
         check_before_launch(sglang, MODEL)
     (draft / "config.json").write_text(json.dumps({"vocab_size": 163840}))
     with pytest.raises(PreflightError, match=r"does not fit the target.*vocab_size 163840"):
