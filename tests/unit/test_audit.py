@@ -209,7 +209,7 @@ def test_spec_fields_that_disagree_with_the_output_are_invalid(
     tmp_path: Path, tk: Tok, fp: dict[str, Any]
 ) -> None:
     out = tk.output()  # several tokens: one from prefill, the rest from 2 verify steps
-    spec = {
+    spec: dict[str, Any] = {
         "spec_verify_ct": 2,
         "spec_num_correct_drafts": 1,
         "spec_num_proposed_drafts": 6,
