@@ -107,3 +107,17 @@ def test_the_history_table_has_an_accept_length_column_only_when_speculating() -
     spec = {**night, "run_id": "x", "partitions": {"p": {"spec_accept_length": 2.5}}}
     text = history_text(history_rows([night, spec]))
     assert "accept len" in text and "2.50" in text
+
+
+def test_a_journaled_result_keeps_its_spec_fields(tmp_path: Any) -> None:
+    """A retried batch reuses journaled results: their spec fields reach the record too."""
+    from eagle3_datagen.write.journal import BatchJournal
+
+    journal = BatchJournal(tmp_path / "j.jsonl")
+    spec = GenerateResult.from_json(_item(completion_tokens=11, **SPEC))
+    plain = GenerateResult.from_json(_item(completion_tokens=11))
+    journal.append(1, spec)
+    journal.append(2, plain)
+    journal.close()
+    loaded = BatchJournal(tmp_path / "j.jsonl").load()
+    assert loaded[1].spec == SPEC and loaded[2].spec is None
