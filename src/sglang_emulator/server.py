@@ -369,10 +369,10 @@ class Emulator:
             )
         meta = meta_info(item, result.output_ids, result.finish_reason, cached)
         meta["num_retractions"] = retractions
-        if self.speculator is not None:
+        meta["e2e_latency"] = time.monotonic() - t0
+        if self.speculator is not None:  # after e2e_latency, as tokenizer_manager.py adds them
             seed = request_seed(item.digest, item.seed)
             meta.update(self.speculator.simulate(n_out, seed, retractions))
-        meta["e2e_latency"] = time.monotonic() - t0
         meta["response_sent_to_client_ts"] = time.time()
         return {"text": result.text, "output_ids": result.output_ids, "meta_info": meta}
 

@@ -35,10 +35,20 @@ def _spec_flags(draft: Path, *more: str) -> tuple[str, ...]:
 
 
 async def _preflight(
-    emu: EmulatorProcess, server: ServerSpec = ATTACH, sampling: Sampling | None = None
+    emu: EmulatorProcess,
+    server: ServerSpec = ATTACH,
+    sampling: Sampling | None = None,
+    temperatures: tuple[float, ...] = (),
 ) -> None:
     async with SGLangClient(emu.url) as client:
-        await preflight(client, server=server, model=MODEL, sampling=sampling, retries=QUICK)
+        await preflight(
+            client,
+            server=server,
+            model=MODEL,
+            sampling=sampling,
+            retries=QUICK,
+            temperatures=temperatures,
+        )
 
 
 @pytest.mark.parametrize(
@@ -73,6 +83,8 @@ async def test_simulated_acceptance_in_the_launch_env_is_refused(
 async def test_lossless_speculation_passes(emulator_factory: Start, tmp_path: Path) -> None:
     emu = emulator_factory(*_spec_flags(tmp_path, "--device", "cpu")).wait_ready()
     await _preflight(emu, sampling=Sampling(temperature=0.0))  # greedy: cpu is fine
+    with pytest.raises(PreflightError, match="device=cpu"):  # a partition samples at 0.7
+        await _preflight(emu, sampling=Sampling(temperature=0.0), temperatures=(0.0, 0.7))
     await _preflight(emulator_factory(*_spec_flags(tmp_path)).wait_ready())
 
 
@@ -102,6 +114,10 @@ def test_the_draft_is_checked_before_launch(tmp_path: Path) -> None:
         json.dumps({"vocab_size": TARGET_VOCAB, "hidden_size": 7168, "draft_vocab_size": 32})
     )
     check_before_launch(_launch(draft), MODEL)  # a reduced draft vocabulary fits
+    (draft / "config.json").unlink()
+    sglang = ServerSpec(speculative=SpeculativeSpec(draft_model_path=str(draft)))
+    with pytest.raises(PreflightError, match=r"no config\.json"):
+        check_before_launch(sglang, MODEL)
     (draft / "config.json").write_text(json.dumps({"vocab_size": 163840}))
     with pytest.raises(PreflightError, match=r"does not fit the target.*vocab_size 163840"):
         check_before_launch(_launch(draft), MODEL)
@@ -143,3 +159,33 @@ def test_the_launch_command_speculates_with_sglangs_flags(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="num_steps \\+ 1 = 4; leave it unset"):
         SpeculativeSpec(draft_model_path="d", num_draft_tokens=8)
     assert SpeculativeSpec(draft_model_path="d", eagle_topk=4, num_draft_tokens=8).draft_tokens == 8
+
+
+async def test_a_launched_emulator_speculates_from_the_config(tmp_path: Path) -> None:
+    """The launch path: server.speculative becomes SGLang's flags, the server reports them."""
+    import logging
+
+    from eagle3_datagen.config import parse_config
+    from eagle3_datagen.sglang.session import open_server
+    from tests.support.pipeline import base_config
+    from tests.support.prompts import write_prompts
+
+    prompts = write_prompts(tmp_path / "p.jsonl", 2)
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    data = base_config(tmp_path, prompts, speculative={"draft_model_path": str(draft)})
+    config = parse_config(data)
+    async with open_server(config, run_key="r", logger=logging.getLogger("t")) as session:
+        args = session.facts.server_args
+        assert session.display_cmd is not None and "--speculative-num-draft-tokens 4" in (
+            session.display_cmd
+        )
+    assert (args["speculative_algorithm"], args["speculative_num_steps"]) == ("EAGLE3", 3)
+    assert args["speculative_draft_model_path"] == str(draft)
+    missing = parse_config(
+        base_config(tmp_path, prompts, speculative={"draft_model_path": str(tmp_path / "gone")})
+    )
+    with pytest.raises(PreflightError, match="no such directory"):
+        async with open_server(missing, run_key="r2", logger=logging.getLogger("t")):
+            pass
+    assert not list((tmp_path / "out" / "logs").glob("server-*.log"))[1:]  # no second launch

@@ -112,6 +112,7 @@ def accepted_record(
         sampling=sampling_columns(sampling),
         model_prompt_ids=media.expanded if media else None,
         images=media.columns() if media else None,
+        has_tools=bool(prompt.tools),
         **spec_columns(result.spec),
     )
 

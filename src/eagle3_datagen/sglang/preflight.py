@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,11 @@ from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.health import LogSink
 from eagle3_datagen.sglang.redact import is_secret_name, redact_text
 from eagle3_datagen.sglang.requests import generate_with_retries
-from eagle3_datagen.sglang.spec_preflight import check_attached_draft, refuse_lossy
+from eagle3_datagen.sglang.spec_preflight import (
+    check_attached_draft,
+    refuse_lossy,
+    speculation_line,
+)
 
 _default_log = logging.getLogger(__name__)
 
@@ -231,6 +236,7 @@ async def preflight(
     retries: RetryPolicy | None = None,
     logger: LogSink | None = None,
     api_key: str | None = None,
+    temperatures: Sequence[float] = (),
 ) -> ServerFacts:
     """Check the server against the config and learn its context length; see module doc.
 
@@ -239,6 +245,7 @@ async def preflight(
     or the smoke request runs out of ``retries``, or when its token counts are off.
     ``sampling`` and ``retries`` are the run's (the config's defaults when not given).
     ``api_key`` is the key ``client`` sends; it is scrubbed from the returned facts.
+    ``temperatures``: the partitions' sample temperatures (for the speculation check).
     The checks run in the order the module doc gives them.
     """
     sampling = sampling or Sampling()
@@ -252,8 +259,10 @@ async def preflight(
 
     server_info, model_info = await _query(client, api_key)
     _refuse_reasoning_parser(client, server_info, model_info)
-    refuse_lossy(client.base_url, server_info, server, sampling)  # spec_preflight.py
+    refuse_lossy(client.base_url, server_info, server, sampling, temperatures)  # spec_preflight
     check_attached_draft(server_info, model)
+    if (speculating := speculation_line(server_info)) is not None:
+        log.info("preflight: %s", speculating)
     for message in _mismatches(server_info, model_info, server=server, model=model):
         warn(message)
     context_length, source = await resolve_context_length(client, server_info, model_info)

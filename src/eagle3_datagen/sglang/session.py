@@ -125,6 +125,7 @@ class _Gate:
                 retries=self.config.retries,
                 logger=logger,
                 api_key=self.api_key,
+                temperatures=[t for p in self.config.partitions for t in p.temperatures or ()],
             )
 
     async def launch(self) -> ServerFacts:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +26,25 @@ _FIT_FIELDS = ("vocab_size", "hidden_size")
 
 
 def refuse_lossy(
-    url: str, server_info: Mapping[str, Any], server: ServerSpec, sampling: Sampling
+    url: str,
+    server_info: Mapping[str, Any],
+    server: ServerSpec,
+    sampling: Sampling,
+    temperatures: Iterable[float] = (),
 ) -> None:
     """Refuse a server whose speculation changes the distribution, naming the first cause.
 
     A server this run launches has a known environment (ours plus ``server.env``); an attached
-    one shows its own only with ``SGLANG_EXPOSE_OWN_ENV_VARS=1``.
+    one shows its own only with ``SGLANG_EXPOSE_OWN_ENV_VARS=1``. ``temperatures``: the
+    partitions' sample temperatures; the highest one is checked (greedy is lossless anywhere).
     """
     if server_info.get("speculative_algorithm") is None:
         return
     env = {**os.environ, **server.env} if server.mode == "launch" else {}
+    params = sampling.model_dump()
+    params["temperature"] = max([sampling.temperature, *temperatures])
     try:
-        reasons = lossy_reasons(server_info, env, sampling.model_dump())
+        reasons = lossy_reasons(server_info, env, params)
     except ServerError as err:  # a speculative_* field this reader needs is missing
         raise PreflightError(f"the server at {url}: {err}") from None
     if reasons:
@@ -46,6 +53,20 @@ def refuse_lossy(
             f"the server at {url} speculates lossily, so its tokens are not the target's own "
             f"distribution: {reasons[0]}{more}"
         )
+
+
+def speculation_line(server_info: Mapping[str, Any]) -> str | None:
+    """The server's speculative settings in words, for the run's log; None when it does not
+    speculate."""
+    if server_info.get("speculative_algorithm") is None:
+        return None
+    get = server_info.get
+    return (
+        f"the server speculates: {get('speculative_algorithm')} with the draft "
+        f"{get('speculative_draft_model_path')}, {get('speculative_num_steps')} steps, topk "
+        f"{get('speculative_eagle_topk')}, {get('speculative_num_draft_tokens')} draft tokens "
+        "(lossless; each record keeps its acceptance)"
+    )
 
 
 def check_draft_dir(path: str, where: str = "server.speculative.draft_model_path") -> Path:
@@ -69,7 +90,8 @@ def _dims(config_path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         return {}
-    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+    nested = data.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else {}
     return {f: data.get(f, text.get(f)) for f in _FIT_FIELDS if data.get(f, text.get(f))}
 
 
@@ -87,10 +109,16 @@ def check_draft_fits(draft_dir: Path, target_dir: Path) -> None:
 
 
 def check_before_launch(server: ServerSpec, model: ModelSpec) -> None:
-    """Launch mode: the configured draft is a readable directory that fits the model."""
+    """Launch mode: the configured draft is a readable directory that fits the model (with a
+    config.json for SGLang; the emulator takes any directory)."""
     if server.speculative is None:
         return
     draft = check_draft_dir(server.speculative.draft_model_path)
+    if server.engine == "sglang" and not (draft / "config.json").is_file():
+        raise PreflightError(
+            f"server.speculative.draft_model_path {draft}: no config.json (SGLang reads it "
+            "while resolving its arguments, before it loads anything)"
+        )
     check_draft_fits(draft, Path(model.path).expanduser())
 
 

@@ -62,6 +62,9 @@ RECORD_SCHEMA = pa.schema(
         # counted them in prompt_tokens; and the images in placeholder order.
         pa.field("model_prompt_ids", pa.list_(pa.int32())),
         pa.field("images", pa.list_(IMAGE_TYPE)),
+        # Whether the prompt declared tools (null in data written before this column): acceptance
+        # is reported with and without tools.
+        pa.field("has_tools", pa.bool_()),
         # Speculative decoding (docs/sglang-speculative.md): the request's meta_info fields as
         # a speculating SGLang sent them; null when it sent none (the server does not
         # speculate, or the request ended before any verify step), never 0.
@@ -125,6 +128,7 @@ class Record:
     stop_reason: str | None = None
     model_prompt_ids: list[int] | None = None
     images: list[dict[str, Any]] | None = None
+    has_tools: bool | None = None
     spec_verify_ct: int | None = None
     spec_num_correct_drafts: int | None = None
     spec_num_proposed_drafts: int | None = None
