@@ -53,6 +53,7 @@ def make_dataset(root: Path, tok: ChatTokenizer, conversations: int) -> Path:
             out = tk.tool_output() if c % 3 == 0 else tk.output()
             rec = tk.record(f"c{c}#t{t}", f"p{1 + c % 2}", out, line=c + 1)
             rec.conversation_id, rec.turn, rec.sampling = f"c{c}", t, dict(SAMPLING)
+            rec.has_tools = c % 3 == 0
             rec.prompt_ids = first if t == 0 else [*first, *out, 99, 98]
             parts[rec.partition].append(rec)
     write_dataset(
@@ -115,9 +116,10 @@ def test_eval_measures_the_held_out_split(
     assert data["position_acceptance"] == sorted(data["position_acceptance"], reverse=True)
     slices = data["slices"]
     assert set(slices) == {"partition", "turn", "tools", "images", "output_length"}
-    assert set(slices["turn"]) == {"0", "1"} and set(slices["images"]) == {"no images"}
+    assert set(slices["turn"]) == {"0", "1"} and set(slices["images"]) == {"text only"}
+    assert set(slices["tools"]) == {"with tools", "no tools"}
     for values in slices.values():
-        assert sum(v["records"] for v in values.values()) == data["records"]
+        assert sum(v["requests"] for v in values.values()) == data["records"]
         assert sum(v["verify_ct"] for v in values.values()) == data["verify_ct"]
     assert data["unchecked"] == []  # the draft's config was compared with the target's
     entry = read_history(dataset)[-1]

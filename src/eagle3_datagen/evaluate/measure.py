@@ -13,7 +13,7 @@ from collections.abc import Callable
 from eagle3_datagen.config import RetryPolicy
 from eagle3_datagen.errors import ServerError
 from eagle3_datagen.evaluate.records import HeldOutRecord
-from eagle3_datagen.evaluate.slices import Measured
+from eagle3_datagen.evaluate.slices import Measured, measured
 from eagle3_datagen.sglang.requests import GenerateClient, generate_with_retries
 from eagle3_datagen.sglang.speculative import SpeculativeSettings, parse_spec_meta
 
@@ -45,7 +45,7 @@ async def _one(
     stats = parse_spec_meta(meta, settings)
     if stats is None:  # not reached: the server was checked to speculate
         raise ServerError(f"{rec.partition}/{rec.id}: the server sent no speculative counters")
-    return Measured(rec.partition, rec.id, rec.turn, rec.tools, False, stats)
+    return measured(rec.partition, rec.turn, rec.has_tools, stats)
 
 
 async def measure(

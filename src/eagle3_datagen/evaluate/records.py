@@ -19,7 +19,7 @@ from eagle3_datagen.write.dataset_dir import DatasetDir, iter_rows
 from eagle3_datagen.write.export_plan import committed_shards, held_out, present_columns, scan
 from eagle3_datagen.write.heldout import VALIDATION, HeldOut
 
-_COLUMNS = ("id", "conversation_id", "turn", "prompt_ids", "output_ids", "sampling", "images")
+_COLUMNS = ("id", "conversation_id", "turn", "prompt_ids", "sampling", "images", "has_tools")
 _SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 
@@ -32,7 +32,7 @@ class HeldOutRecord:
     turn: int
     prompt_ids: list[int]
     sampling: dict[str, Any]
-    tools: bool  # the stored output called a tool
+    has_tools: bool | None  # the prompt declared tools (None: a dataset from before the column)
 
 
 @dataclass(slots=True)
@@ -90,7 +90,6 @@ def held_out_records(ds: DatasetDir, ids: TokenIds, fraction: float, seed: int) 
         raise DatasetError(f"--validation must be in (0, 1), got {fraction}")
     held = held_out(list(scan(committed_shards(ds), prompts=True)), fraction, seed)
     records, images = [], 0
-    section = ids.tools.section_begin if ids.tools is not None else None
     for partition, row in _rows(ds, held):
         if row.get("images"):
             images += 1
@@ -102,7 +101,7 @@ def held_out_records(ds: DatasetDir, ids: TokenIds, fraction: float, seed: int) 
                 turn=int(row.get("turn") or 0),
                 prompt_ids=row["prompt_ids"],
                 sampling=request_sampling(ds, partition, row.get("sampling"), ids),
-                tools=section is not None and section in row["output_ids"],
+                has_tools=row.get("has_tools"),
             )
         )
     if not records:

@@ -68,7 +68,7 @@ class EvalResult:
         ]
         for name, values in d["slices"].items():
             cells = ", ".join(
-                f"{k}: {v['accept_length']} ({v['records']})" for k, v in values.items()
+                f"{k}: {v['accept_length']} ({v['requests']})" for k, v in values.items()
             )
             out.append(f"  by {name}: {cells}")
         out += [f"note: {note}" for note in d["unchecked"]]
@@ -109,6 +109,7 @@ async def _measure(opts: EvalOptions, on_done: Callable[[int], None] | None) -> 
         "server": _server(opts.server_url, settings),
         "split": held.split.summary(),
         "images_left_out": held.images_left_out,
+        "records": len(measured),
         **overall,
         "slices": slices,
         "unchecked": unchecked,
