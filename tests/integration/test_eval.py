@@ -137,10 +137,14 @@ def test_the_gate_fails_against_a_better_baseline_and_passes_a_worse(
     assert code == 1
     assert err.count("\n") == 1 and "eval gate failed: accept length" in err and "dropped" in err
     assert run(str(dataset), *url, "--baseline", str(worse))[0] == 0
-    # The history's last eval is the next one's baseline: the same data, within the margin.
+    # From the history, the baseline is the last eval that passed its gate (a failed one, here
+    # with a far higher accept length, is not): the same data, within the margin.
+    with (dataset / "history.jsonl").open("a") as fh:
+        fh.write(json.dumps({"kind": "eval", "accept_length": 9.0, "gate": {"ok": False}}) + "\n")
     code, printed, _ = run(str(dataset), *url, "--baseline", "history", "--max-drop", "0.5")
-    assert code == 0 and "in history.jsonl" in printed
-    assert [e["kind"] for e in read_history(dataset)] == ["eval"] * 3
+    assert code == 0 and "in history.jsonl" in printed, printed
+    gates = [e["gate"]["ok"] for e in read_history(dataset)]
+    assert gates == [False, True, False, True]
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
 """The baseline an eval is compared with, the gate, and eval's line in the dataset's history.
 
-A nightly asks "is tonight's data worse than last night's?": the baseline is an earlier eval's
-JSON, or the last eval recorded in the dataset's ``history.jsonl`` (``--baseline history``),
-and the gate fails when the accept length dropped by more than ``max_drop`` (tokens per verify
-step, absolute). Eval lines in the history carry ``"kind": "eval"``; the generation runs' table
-(``eagle3-datagen history``) shows partitions only, so it is unchanged by them.
+A nightly asks "is tonight's data worse than before?": the baseline is an earlier eval's JSON,
+or the last eval in the dataset's ``history.jsonl`` that passed its gate (``--baseline
+history``), and the gate fails when the accept length dropped by more than ``max_drop`` (tokens
+per verify step, absolute). Eval lines in the history carry ``"kind": "eval"``; the generation
+runs' table (``eagle3-datagen history``) shows partitions only, so it is unchanged by them.
 """
 
 from __future__ import annotations
@@ -42,10 +42,15 @@ class Baseline:
 
 
 def load_baseline(spec: str, dataset: str | Path) -> Baseline | None:
-    """The baseline ``spec`` names: an eval JSON, or ``history`` (None when the history has
-    no eval yet: the first night has nothing to compare with)."""
+    """The baseline ``spec`` names: an eval JSON, or ``history``: the last recorded eval that
+    passed its gate, so a regression keeps failing night after night until it is fixed (None
+    when there is none yet: the first night has nothing to compare with)."""
     if spec == HISTORY_BASELINE:
-        evals = [e for e in read_history(dataset) if e.get("kind") == KIND]
+        evals = [
+            e
+            for e in read_history(dataset)
+            if e.get("kind") == KIND and (e.get("gate") or {}).get("ok", True)
+        ]
         if not evals:
             return None
         last = evals[-1]
