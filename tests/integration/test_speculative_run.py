@@ -68,6 +68,8 @@ def test_a_speculating_demo_run_reports_its_acceptance(tmp_path: Path) -> None:
     short = night["partitions"]["demo_short"]
     assert short["spec_accept_length"] == pytest.approx(3.5, abs=0.4)
     assert set(short["acceptance"]["slices"]) >= {"turn", "tools", "images", "output_length"}
+    images = night["partitions"]["demo_images"]["acceptance"]["slices"]["images"]
+    assert list(images) == ["with images"]
     artifacts = asyncio.run(_data_artifacts(out))
     assert artifacts and all("Acceptance" in str(a.data) for a in artifacts)
     assert all("accept length" in (a.description or "") for a in artifacts)
