@@ -141,6 +141,10 @@ class RunFailed(RunError):
     """Some partitions failed; the message names each and why."""
 
 
+class EvalGateFailed(RunError):
+    """A draft's held-out accept length dropped past the gate's margin from its baseline."""
+
+
 class FanOutFailed(RunError):
     """Some partition jobs did not complete; the message names them."""
 
