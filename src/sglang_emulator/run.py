@@ -86,7 +86,12 @@ async def serve(args: EmulatorArgs, vocab: Vocab) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    emulator = Emulator(args, vocab)
+    if args.emu_model_backend:  # a real model (torch): imported only when asked for
+        from sglang_emulator.model_backend import ModelEmulator
+
+        emulator: Emulator = ModelEmulator(args, vocab)
+    else:
+        emulator = Emulator(args, vocab)
     gc.freeze()  # startup objects (vocab tables, caches) never need scanning again
     code = await _load_phase(args, stop)
     if code is not None:
