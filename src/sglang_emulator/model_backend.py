@@ -99,14 +99,25 @@ class Eagle3Chain:
     position (features of token i with the embedding of token i + 1, as speculators trains
     it), then one position per further draft token, attending to everything before it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, rejection_sampling: bool = False) -> None:
         from speculators.models.eagle3 import Eagle3DraftModel
 
+        self.rejection_sampling = rejection_sampling
         self.model = Eagle3DraftModel.from_pretrained(str(path), dtype=torch.float32).eval()
         d2t = getattr(self.model, "d2t", None)
         n = self.model.lm_head.weight.shape[0]
         base = torch.arange(n)
         self.to_target = base + d2t if d2t is not None and d2t.any() else base
+
+    def _features(self, aux: torch.Tensor) -> torch.Tensor:
+        """The norms speculators applies before ``fc`` (``Eagle3DraftModel.forward``)."""
+        m = self.model
+        if m.input_norm is not None:
+            aux = m.input_norm(aux)
+        if m.fc_norm is not None:
+            chunks = aux.chunk(len(m.fc_norm), dim=-1)
+            aux = torch.cat([norm(c) for norm, c in zip(m.fc_norm, chunks, strict=True)], dim=-1)
+        return aux
 
     def _step(self, hidden: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, cache):
         m = self.model
@@ -128,7 +139,7 @@ class Eagle3Chain:
         m = self.model
         n = aux.shape[0]
         with torch.no_grad():
-            hidden = m.fc(aux.unsqueeze(0))
+            hidden = m.fc(self._features(aux.unsqueeze(0)))
             tokens = torch.tensor([ids[1:]])
             positions = torch.arange(1, n + 1).unsqueeze(0)
             cache = DynamicCache()
@@ -145,10 +156,12 @@ class Eagle3Chain:
         return drafts, dists
 
     def _pick(self, logits: torch.Tensor, s: Sampling, rng: random.Random):
+        """SGLang's default: the draft's argmax, verified as if drawn one-hot (lossless);
+        with ``--speculative-use-rejection-sampling`` a draw from the draft's distribution."""
         vocab = int(self.to_target.max()) + 1
         full = torch.full((max(vocab, logits.shape[0]),), float("-inf"), dtype=logits.dtype)
         full[self.to_target] = logits
-        if s.greedy:
+        if s.greedy or not self.rejection_sampling:
             token = int(torch.argmax(full))
             return token, [1.0 if i == token else 0.0 for i in range(full.shape[0])]
         probs = distribution(full, s).tolist()
@@ -241,6 +254,24 @@ def _spec_settings(args: EmulatorArgs) -> tuple[Path | None, int, int]:
     return Path(path), steps, num_draft
 
 
+def _spec_info(args: EmulatorArgs, steps: int, num_draft_tokens: int) -> dict[str, Any]:
+    """The flat ``speculative_*`` fields of SGLang's ``/server_info`` (resolved values)."""
+    ns = args.ns
+    algorithm = getattr(ns, "speculative_algorithm", None)
+    return {
+        "speculative_algorithm": str(algorithm).upper() if algorithm else None,
+        "speculative_draft_model_path": getattr(ns, "speculative_draft_model_path", None),
+        "speculative_num_steps": steps or None,
+        "speculative_eagle_topk": 1 if algorithm else None,
+        "speculative_num_draft_tokens": num_draft_tokens or None,
+        "speculative_accept_threshold_single": 1.0,
+        "speculative_accept_threshold_acc": 1.0,
+        "speculative_use_rejection_sampling": bool(
+            getattr(ns, "speculative_use_rejection_sampling", False)
+        ),
+    }
+
+
 class _Shim:
     """Hands precomputed ids to ``run_item``, which applies SGLang's stop rules and text."""
 
@@ -259,7 +290,9 @@ class ModelEmulator(Emulator):
         draft_path, steps, self.num_draft_tokens = _spec_settings(args)
         torch.manual_seed(0)
         target = TransformersTarget(Path(args.model_path).expanduser())
-        draft = Eagle3Chain(draft_path) if draft_path is not None else None
+        reject = bool(getattr(args.ns, "speculative_use_rejection_sampling", False))
+        draft = Eagle3Chain(draft_path, reject) if draft_path is not None else None
+        self.spec_info = _spec_info(args, steps, self.num_draft_tokens)
         self.generator = ModelGenerator(target, draft, steps)
         self.acceptance = ServerAcceptance()
         self._spec: dict[str, SpecCounters] = {}
@@ -286,6 +319,8 @@ class ModelEmulator(Emulator):
 
     async def server_info(self, request: Any) -> Any:
         payload = info.server_info(self)
+        for key, value in self.spec_info.items():
+            payload.setdefault(key, value)
         average = self.acceptance.average()
         if average is not None:
             for state in payload.get("internal_states") or []:
