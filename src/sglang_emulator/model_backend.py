@@ -124,8 +124,13 @@ class Eagle3Chain:
         h = torch.cat([m.embed_tokens(ids), hidden], dim=-1)
         emb = m.rotary_emb(h, positions)
         for layer in m.layers:
-            h = layer(h, attention_mask=None, position_ids=positions, past_key_values=cache,
-                      position_embeddings=emb)
+            h = layer(
+                h,
+                attention_mask=None,
+                position_ids=positions,
+                past_key_values=cache,
+                position_embeddings=emb,
+            )
         logits = m.lm_head(m.norm(h)) if not m.config.norm_output else m.lm_head(h)
         return h, logits
 
@@ -300,9 +305,7 @@ class ModelEmulator(Emulator):
     def _run_now(self, item: Item, fault: Any) -> Result:
         s = item.sampling
         stops = frozenset() if s.ignore_eos else s.stop_token_ids | self.vocab.eos_ids
-        ids, counters = self.generator.generate(
-            item.input_ids, s, item.seed, item.max_new, stops
-        )
+        ids, counters = self.generator.generate(item.input_ids, s, item.seed, item.max_new, stops)
         if counters is not None:
             self._spec[item.rid] = counters
             self.acceptance.record(counters)

@@ -20,14 +20,72 @@ import re
 import sys
 from pathlib import Path
 
-MODULES = (
-    "abc argparse base64 bisect calendar collections colorsys copy csv dataclasses datetime "
-    "decimal difflib enum fnmatch fractions functools glob gzip hashlib heapq hmac html "
-    "inspect ipaddress itertools json keyword linecache locale logging math mimetypes "
-    "operator os pathlib pickle platform pprint queue random re secrets shlex shutil "
-    "statistics string struct subprocess tempfile textwrap threading time timeit tokenize "
-    "traceback types typing unicodedata urllib.parse uuid warnings zipfile zlib"
-).split()
+MODULES = [
+    "abc",
+    "argparse",
+    "base64",
+    "bisect",
+    "calendar",
+    "collections",
+    "colorsys",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "enum",
+    "fnmatch",
+    "fractions",
+    "functools",
+    "glob",
+    "gzip",
+    "hashlib",
+    "heapq",
+    "hmac",
+    "html",
+    "inspect",
+    "ipaddress",
+    "itertools",
+    "json",
+    "keyword",
+    "linecache",
+    "locale",
+    "logging",
+    "math",
+    "mimetypes",
+    "operator",
+    "os",
+    "pathlib",
+    "pickle",
+    "platform",
+    "pprint",
+    "queue",
+    "random",
+    "re",
+    "secrets",
+    "shlex",
+    "shutil",
+    "statistics",
+    "string",
+    "struct",
+    "subprocess",
+    "tempfile",
+    "textwrap",
+    "threading",
+    "time",
+    "timeit",
+    "tokenize",
+    "traceback",
+    "types",
+    "typing",
+    "unicodedata",
+    "urllib.parse",
+    "uuid",
+    "warnings",
+    "zipfile",
+    "zlib",
+]
 QUESTIONS = (
     "What does {name} do?",
     "Explain {name}.",
@@ -81,7 +139,7 @@ def main(out_dir: str, max_prompts: int = 240) -> None:
             reasoning, answer = target_answer(name, kind, module, para)
             train.append({"question": question(name), "reasoning": reasoning, "answer": answer})
         elif len(prompts) < max_prompts:
-            original = para[:MAX_CHARS * 2]
+            original = para[: MAX_CHARS * 2]
             prompts.append(
                 {
                     "id": f"lab-{len(prompts):04d}",

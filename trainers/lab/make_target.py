@@ -78,7 +78,9 @@ def main(tokenizer_dir: str, train_jsonl: str, out_dir: str, steps: int = 300) -
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=LR, total_steps=steps, pct_start=0.1)
     start = time.monotonic()
     model.train()
-    for step, (ids, labels, mask) in zip(range(steps), batches(rows, random.Random(0))):
+    for step, (ids, labels, mask) in zip(
+        range(steps), batches(rows, random.Random(0)), strict=False
+    ):
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad()
         loss.backward()
@@ -86,7 +88,8 @@ def main(tokenizer_dir: str, train_jsonl: str, out_dir: str, steps: int = 300) -
         opt.step()
         sched.step()
         if step % 25 == 0 or step == steps - 1:
-            print(f"step {step} loss {loss.item():.3f} ({time.monotonic() - start:.0f} s)", flush=True)
+            took = time.monotonic() - start
+            print(f"step {step} loss {loss.item():.3f} ({took:.0f} s)", flush=True)
     model.eval()
     out = Path(out_dir)
     model.save_pretrained(out, safe_serialization=True)

@@ -27,10 +27,17 @@ def rows_for(tok, messages: dict[str, list], path: Path) -> list[dict]:
         full = tok(tok.apply_chat_template(conversation, tokenize=False), add_special_tokens=False)
         ids = full.input_ids
         if ids[: len(prompt)] != prompt:
-            raise SystemExit(f"{path}: {row['id']}: the original conversation's ids do not start "
-                             "with the record's prompt ids")
-        out.append({"id": row["id"], "input_ids": ids,
-                    "loss_mask": [0] * len(prompt) + [1] * (len(ids) - len(prompt))})
+            raise SystemExit(
+                f"{path}: {row['id']}: the original conversation's ids do not start "
+                "with the record's prompt ids"
+            )
+        out.append(
+            {
+                "id": row["id"],
+                "input_ids": ids,
+                "loss_mask": [0] * len(prompt) + [1] * (len(ids) - len(prompt)),
+            }
+        )
     return out
 
 
