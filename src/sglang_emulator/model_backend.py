@@ -25,7 +25,7 @@ from sglang_emulator import info
 from sglang_emulator.args import EmulatorArgs
 from sglang_emulator.protocol import Item, Result, run_item
 from sglang_emulator.sampling import Sampling
-from sglang_emulator.server import Emulator, _json
+from sglang_emulator.server import Emulator, _json, log
 from sglang_emulator.speculation import (
     ServerAcceptance,
     SpecCounters,
@@ -119,7 +119,10 @@ class Eagle3Chain:
             aux = torch.cat([norm(c) for norm, c in zip(m.fc_norm, chunks, strict=True)], dim=-1)
         return aux
 
-    def _step(self, hidden: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, cache):
+    def _step(
+        self, hidden: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One pass of the draft's layers (``Eagle3DraftModel.forward``'s loop body)."""
         m = self.model
         h = torch.cat([m.embed_tokens(ids), hidden], dim=-1)
         emb = m.rotary_emb(h, positions)
@@ -160,7 +163,9 @@ class Eagle3Chain:
                     h, logits = self._step(h[:, -1:], torch.tensor([[token]]), pos, cache)
         return drafts, dists
 
-    def _pick(self, logits: torch.Tensor, s: Sampling, rng: random.Random):
+    def _pick(
+        self, logits: torch.Tensor, s: Sampling, rng: random.Random
+    ) -> tuple[int, list[float]]:
         """SGLang's default: the draft's argmax, verified as if drawn one-hot (lossless);
         with ``--speculative-use-rejection-sampling`` a draw from the draft's distribution."""
         vocab = int(self.to_target.max()) + 1
@@ -252,6 +257,12 @@ def _spec_settings(args: EmulatorArgs) -> tuple[Path | None, int, int]:
     topk = int(getattr(ns, "speculative_eagle_topk", None) or 1)
     if topk != 1:
         raise ValueError(f"--speculative-eagle-topk {topk}: the model backend verifies chains")
+    for flag in ("speculative_accept_threshold_single", "speculative_accept_threshold_acc"):
+        value = getattr(ns, flag, None)
+        if value is not None and float(value) != 1.0:
+            raise ValueError(
+                f"--{flag.replace('_', '-')} {value}: the model backend verifies losslessly only"
+            )
     steps = int(getattr(ns, "speculative_num_steps", None) or 3)
     num_draft = int(getattr(ns, "speculative_num_draft_tokens", None) or steps + 1)
     if num_draft != steps + 1:
@@ -292,11 +303,15 @@ class ModelEmulator(Emulator):
 
     def __init__(self, args: EmulatorArgs, vocab: Vocab) -> None:
         super().__init__(args, vocab)
-        draft_path, steps, self.num_draft_tokens = _spec_settings(args)
-        torch.manual_seed(0)
-        target = TransformersTarget(Path(args.model_path).expanduser())
-        reject = bool(getattr(args.ns, "speculative_use_rejection_sampling", False))
-        draft = Eagle3Chain(draft_path, reject) if draft_path is not None else None
+        try:
+            draft_path, steps, self.num_draft_tokens = _spec_settings(args)
+            torch.manual_seed(0)
+            target = TransformersTarget(Path(args.model_path).expanduser())
+            reject = bool(getattr(args.ns, "speculative_use_rejection_sampling", False))
+            draft = Eagle3Chain(draft_path, reject) if draft_path is not None else None
+        except (ValueError, OSError) as e:  # a one-line reason, not a traceback
+            log(f"ERROR: --emu-model-backend: {e}", err=True)
+            raise SystemExit(1) from None
         self.spec_info = _spec_info(args, steps, self.num_draft_tokens)
         self.generator = ModelGenerator(target, draft, steps)
         self.acceptance = ServerAcceptance()
