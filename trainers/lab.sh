@@ -19,7 +19,7 @@ SMALL=0
 WORK=${LAB_WORK:-trainers/work/lab}
 PORT=${LAB_PORT:-30741}
 SPEC=$PWD/.venv-trainers-speculators/bin/python
-if [ "$SMALL" = 1 ]; then PROMPTS=80 TARGET_STEPS=200 DRAFT_STEPS=60 MAX_NEW=96
+if [ "$SMALL" = 1 ]; then PROMPTS=80 TARGET_STEPS=150 DRAFT_STEPS=60 MAX_NEW=96
 else PROMPTS=240 TARGET_STEPS=400 DRAFT_STEPS=300 MAX_NEW=256; fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TORCHDYNAMO_DISABLE=1 COLUMNS=400
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
@@ -57,7 +57,7 @@ step "on-policy data: eagle3-datagen run against the emulator serving the target
 serve "$WORK/emulator-generate.log"
 sed "s#../work/lab/corpus/prompts.jsonl#$WORK/corpus/prompts.jsonl#" trainers/lab/lab.yaml \
   > "$WORK/lab.yaml"
-sed -i "s#^model:#model:#; s#  path: ../../src#  path: $PWD/src#" "$WORK/lab.yaml"
+sed -i "s#  path: ../../src#  path: $PWD/src#" "$WORK/lab.yaml"
 uv run eagle3-datagen run "$WORK/lab.yaml" --server-url "http://127.0.0.1:$PORT" \
   --output "$WORK/dataset" > "$WORK/run.log" 2>&1 || { tail -30 "$WORK/run.log"; exit 1; }
 tail -3 "$WORK/run.log"
