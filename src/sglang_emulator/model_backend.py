@@ -9,7 +9,8 @@ verification (topk 1) by the lossless pure functions of ``speculation.py`` on to
 distributions; the per-request counters become SGLang's ``meta_info`` spec fields.
 
 torch (and, for a draft, speculators) are imported only here, and this module only when the
-flag is given: the emulator's other modes never need them.
+flag is given: the emulator's other modes never need them. Generation runs in the event loop,
+so requests are served one at a time (the lab's runs use a concurrency of 2).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 
 from sglang_emulator import info
 from sglang_emulator.args import EmulatorArgs
-from sglang_emulator.protocol import Item, Result, run_item
+from sglang_emulator.protocol import ABORTED, Item, Result, run_item, truncate
 from sglang_emulator.sampling import Sampling
 from sglang_emulator.server import Emulator, _json, log
 from sglang_emulator.speculation import (
@@ -324,7 +325,11 @@ class ModelEmulator(Emulator):
         if counters is not None:
             self._spec[item.rid] = counters
             self.acceptance.record(counters)
-        return run_item(item, _Shim(ids), self.vocab)  # type: ignore[arg-type]
+        result = run_item(item, _Shim(ids), self.vocab)  # type: ignore[arg-type]
+        if fault == "abort":  # --emu-fault-abort-rate, as the fake model's path does
+            keep = self.faults.abort_keep(item.digest, len(result.output_ids))
+            result = truncate(result, keep, self.vocab, item.sampling, ABORTED)
+        return result
 
     def _finish(
         self, item: Item, result: Result, t0: float, retractions: int = 0

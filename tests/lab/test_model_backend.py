@@ -121,3 +121,16 @@ def test_sampling_depends_on_the_seed_only(target: TransformersTarget) -> None:
     b, _ = gen.generate(PROMPTS[1], hot, 7, 30, frozenset())
     c, _ = gen.generate(PROMPTS[1], hot, 8, 30, frozenset())
     assert a == b and a != c
+
+
+def test_sampled_speculation_counts_every_verify_step(target: TransformersTarget) -> None:
+    """Above temperature 0 the speculative sampling rule runs; its counters stay consistent."""
+    hot = Sampling(temperature=1.0, max_new_tokens=30)
+    gen = ModelGenerator(target, OracleDraft(target), STEPS)  # type: ignore[arg-type]
+    out, counters = gen.generate(PROMPTS[0], hot, 3, 30, frozenset())
+    assert len(out) == 30 and all(0 <= t < VOCAB for t in out)
+    assert counters is not None and counters.verify_ct == sum(counters.correct_drafts_histogram)
+    accepted = sum(i * n for i, n in enumerate(counters.correct_drafts_histogram))
+    assert accepted == counters.num_correct_drafts
+    again, _ = gen.generate(PROMPTS[0], hot, 3, 30, frozenset())
+    assert again == out  # the request's seed fixes the draws
