@@ -37,8 +37,6 @@ from sglang_emulator.speculation import (
 )
 from sglang_emulator.vocab import Vocab
 
-BACKENDS = ("transformers",)
-
 
 def distribution(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
     """Next-token probabilities under the request's temperature, top-k and top-p."""
