@@ -98,7 +98,9 @@ class Eagle3Chain:
     position (features of token i with the embedding of token i + 1, as speculators trains
     it), then one position per further draft token, attending to everything before it."""
 
-    def __init__(self, path: Path, rejection_sampling: bool = False) -> None:
+    def __init__(
+        self, path: Path, target: TransformersTarget, rejection_sampling: bool = False
+    ) -> None:
         from speculators.models.eagle3 import Eagle3DraftModel
 
         self.rejection_sampling = rejection_sampling
@@ -107,6 +109,15 @@ class Eagle3Chain:
         n = self.model.lm_head.weight.shape[0]
         base = torch.arange(n)
         self.to_target = base + d2t if d2t is not None and d2t.any() else base
+        config = target.model.config
+        self.vocab_size = int(config.vocab_size)
+        features = len(target.aux_layers) * int(config.hidden_size)
+        if self.model.fc.in_features != features or int(self.to_target.max()) >= self.vocab_size:
+            raise ValueError(
+                f"draft {path} does not fit the target: it reads {self.model.fc.in_features} "
+                f"features and proposes ids up to {int(self.to_target.max())}; the target gives "
+                f"{features} features and has {self.vocab_size} ids"
+            )
 
     def _features(self, aux: torch.Tensor) -> torch.Tensor:
         """The norms speculators applies before ``fc`` (``Eagle3DraftModel.forward``)."""
@@ -167,8 +178,7 @@ class Eagle3Chain:
     ) -> tuple[int, list[float]]:
         """SGLang's default: the draft's argmax, verified as if drawn one-hot (lossless);
         with ``--speculative-use-rejection-sampling`` a draw from the draft's distribution."""
-        vocab = int(self.to_target.max()) + 1
-        full = torch.full((max(vocab, logits.shape[0]),), float("-inf"), dtype=logits.dtype)
+        full = torch.full((self.vocab_size,), float("-inf"), dtype=logits.dtype)
         full[self.to_target] = logits
         if s.greedy or not self.rejection_sampling:
             token = int(torch.argmax(full))
@@ -307,7 +317,7 @@ class ModelEmulator(Emulator):
             torch.manual_seed(0)
             target = TransformersTarget(Path(args.model_path).expanduser())
             reject = bool(getattr(args.ns, "speculative_use_rejection_sampling", False))
-            draft = Eagle3Chain(draft_path, reject) if draft_path is not None else None
+            draft = Eagle3Chain(draft_path, target, reject) if draft_path is not None else None
         except (ValueError, OSError) as e:  # a one-line reason, not a traceback
             log(f"ERROR: --emu-model-backend: {e}", err=True)
             raise SystemExit(1) from None
