@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU lab: the whole loop with real models, and the field's headline on it.
-#   trainers/lab.sh           full lab (~15-20 min on 2 shared cores)
-#   trainers/lab.sh --small   smaller everything (a CI candidate)
+#   trainers/lab.sh           full lab (5-6 min on 2 cores; up to ~3x that on a busy machine)
+#   trainers/lab.sh --small   smaller everything (a CI candidate, ~3 min)
 # Steps: stdlib docstrings -> a tiny Llama target trained from scratch (trainers/lab/corpus.py,
 # make_target.py); the emulator serving that target (--emu-model-backend transformers) and
 # `eagle3-datagen run` regenerating the lab prompts through the unchanged pipeline (attach
