@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -91,6 +91,15 @@ class TransformersTarget:
         logits, aux = self.forward(state, list(prompt))
         state.aux.append(aux)
         return state, logits[-1]
+
+
+class Drafter(Protocol):
+    """What the verifier needs from a draft: ``k`` tokens after ``ids`` and the distributions
+    they came from (``aux``: the target's EAGLE-3 features of ``ids[:-1]``)."""
+
+    def propose(
+        self, ids: list[int], aux: torch.Tensor, k: int, s: Sampling, rng: random.Random
+    ) -> tuple[list[int], list[list[float]]]: ...
 
 
 class Eagle3Chain:
@@ -190,7 +199,7 @@ class Eagle3Chain:
 class ModelGenerator:
     """Generation with the target alone, or speculative with a draft chain of ``steps``."""
 
-    def __init__(self, target: TransformersTarget, draft: Eagle3Chain | None, steps: int) -> None:
+    def __init__(self, target: TransformersTarget, draft: Drafter | None, steps: int) -> None:
         self.target = target
         self.draft = draft
         self.steps = steps

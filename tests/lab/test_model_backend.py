@@ -84,7 +84,7 @@ def test_plain_greedy_is_the_models_own(target: TransformersTarget, prompt: list
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_oracle_draft_accepts_every_step(target: TransformersTarget, prompt: list[int]) -> None:
-    gen = ModelGenerator(target, OracleDraft(target), STEPS)  # type: ignore[arg-type]
+    gen = ModelGenerator(target, OracleDraft(target), STEPS)
     out, counters = gen.generate(prompt, GREEDY, 0, 40, frozenset())
     assert out == greedy_reference(target, prompt, 40)
     assert counters is not None
@@ -96,7 +96,7 @@ def test_oracle_draft_accepts_every_step(target: TransformersTarget, prompt: lis
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_wrong_draft_accepts_nothing(target: TransformersTarget, prompt: list[int]) -> None:
-    gen = ModelGenerator(target, WrongDraft(target), STEPS)  # type: ignore[arg-type]
+    gen = ModelGenerator(target, WrongDraft(target), STEPS)
     out, counters = gen.generate(prompt, GREEDY, 0, 40, frozenset())
     assert out == greedy_reference(target, prompt, 40)
     assert counters is not None
@@ -108,7 +108,7 @@ def test_stop_token_ends_the_output_and_is_kept(target: TransformersTarget) -> N
     full = greedy_reference(target, PROMPTS[0], 40)
     stop = full[5]
     first = full.index(stop)
-    gen = ModelGenerator(target, OracleDraft(target), STEPS)  # type: ignore[arg-type]
+    gen = ModelGenerator(target, OracleDraft(target), STEPS)
     out, counters = gen.generate(PROMPTS[0], GREEDY, 0, 40, frozenset({stop}))
     assert out == full[: first + 1]
     assert counters is not None and counters.completion_tokens == first + 1
@@ -126,7 +126,7 @@ def test_sampling_depends_on_the_seed_only(target: TransformersTarget) -> None:
 def test_sampled_speculation_counts_every_verify_step(target: TransformersTarget) -> None:
     """Above temperature 0 the speculative sampling rule runs; its counters stay consistent."""
     hot = Sampling(temperature=1.0, max_new_tokens=30)
-    gen = ModelGenerator(target, OracleDraft(target), STEPS)  # type: ignore[arg-type]
+    gen = ModelGenerator(target, OracleDraft(target), STEPS)
     out, counters = gen.generate(PROMPTS[0], hot, 3, 30, frozenset())
     assert len(out) == 30 and all(0 <= t < VOCAB for t in out)
     assert counters is not None and counters.verify_ct == sum(counters.correct_drafts_histogram)
