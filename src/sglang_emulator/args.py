@@ -167,6 +167,16 @@ _EMU_FLAGS: list[tuple[str, Any, Any, str]] = [
         "last repeats); neither flag: 0.7 each",
     ),
 ]
+# A real model behind /generate (the CPU lab): torch is imported only when this is given.
+_MODEL_BACKEND_FLAGS: list[tuple[str, Any, Any, str]] = [
+    (
+        "--emu-model-backend",
+        str,
+        None,
+        "'transformers': /generate runs the causal LM at --model-path (and speculates with "
+        "an EAGLE-3 draft under --speculative-algorithm EAGLE3); needs torch",
+    ),
+]
 FAULT_RATE_FLAGS = tuple(f for f, *_ in _EMU_FLAGS if f.startswith("--emu-fault-") and "rate" in f)
 
 
@@ -216,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
                 other.add_argument(*options, nargs=count, default=None, help=argparse.SUPPRESS)
     e = p.add_argument_group("emulator-only flags")
     for name, kind, default, help in _EMU_FLAGS:
+        _add(e, (name,), kind, default, help)
+    for name, kind, default, help in _MODEL_BACKEND_FLAGS:
         _add(e, (name,), kind, default, help)
     return p
 
@@ -273,6 +285,7 @@ class EmulatorArgs:
     emu_crash_after: int
     emu_accept_length: float | None
     emu_accept_probs: str | None
+    emu_model_backend: str | None = None  # --emu-model-backend (model_backend.py)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace, argv: list[str]) -> EmulatorArgs:
@@ -348,6 +361,8 @@ def parse_args(argv: list[str] | None = None) -> EmulatorArgs:
             output_by_max_new(ns.emu_output_by_max_new)
         except ValueError as err:
             parser.error(f"--emu-output-by-max-new: {err}")
+    if ns.emu_model_backend not in (None, "transformers"):
+        parser.error("--emu-model-backend: choose from transformers")
     if ns.emu_physics is not None:
         from sglang_emulator.physics import PROFILES
 

@@ -88,7 +88,12 @@ async def serve(args: EmulatorArgs, vocab: Vocab) -> int:
         loop.add_signal_handler(sig, stop.set)
 
     try:
-        emulator = Emulator(args, vocab)
+        if args.emu_model_backend:  # a real model (torch): imported only when asked for
+            from sglang_emulator.model_backend import ModelEmulator
+
+            emulator: Emulator = ModelEmulator(args, vocab)
+        else:
+            emulator = Emulator(args, vocab)
     except SpeculationArgsError as e:  # SGLang fails here too (loading the draft, or its args)
         log(f"ERROR: {e}", err=True)
         return 1
