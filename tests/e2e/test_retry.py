@@ -125,6 +125,8 @@ def test_a_retry_reuses_labels_and_supersedes(
             e["message"] for e in _logs(srv, task_run_id=[batch["id"]]) if e["level"] >= ERROR
         ]
         assert len(errors) == 1 and "timeout" in errors[0], errors
+        print(f"failed batch's ERROR line: {errors[0]}")
+        print(f"parent's failed-batches after attempt 1: {table['description']}: {rows}")
         run_logs = _logs(srv, flow_run_id=[run_id, *(s["id"] for s in _subflows(srv, run_id))])
         tracebacks = [
             e["message"] for e in run_logs if e["level"] >= ERROR and "Traceback" in e["message"]
@@ -161,6 +163,7 @@ def test_a_retry_reuses_labels_and_supersedes(
     for sub in subs:
         own = {f"partition:{_partition(sub)}", f"tier:{tiers[_partition(sub)]}"}
         scoped = {t for t in sub["tags"] if t.startswith(("partition:", "tier:"))}
+        print(f"{sub['name']} tags: {sorted(sub['tags'])}")
         assert scoped == own, sub["tags"]
         tasks = srv.post("/task_runs/filter", {"flow_runs": {"id": {"any_": [sub["id"]]}}})
         for task in tasks:
@@ -186,5 +189,6 @@ def test_a_retry_reuses_labels_and_supersedes(
         assert _rows(versions[-1]) == [] and versions[-1]["description"].endswith(
             "all batches committed"
         ), versions[-1]["description"]
+        print(f"{key} versions:", *(v["description"] for v in versions), sep="\n  ")
         [latest] = srv.post("/artifacts/latest/filter", {"artifacts": {"key": {"any_": [key]}}})
         assert latest["latest_id"] == versions[-1]["id"], latest
