@@ -117,38 +117,55 @@ def captured() -> Iterator[io.StringIO]:
         lg.setLevel(level)
 
 
-def _log_failure(logger: str, err: BaseException, message: str) -> None:
+def _log_failure(logger: str, err: BaseException, message: str, task_run: str) -> None:
+    """``message`` at ERROR with the traceback of ``err``, as Prefect's engines log it."""
     try:
         raise err
     except BaseException:
-        logging.getLogger(logger).error(message, exc_info=True)
+        logging.getLogger(logger).error(message, exc_info=True, extra=_run(task_run))
 
 
-def test_an_expected_batch_failure_logs_no_traceback_at_error(captured: io.StringIO) -> None:
+def _run(task_run: str) -> dict[str, str | None]:
+    """What Prefect's task-run logger adds to each record (none here, outside a flow run)."""
+    return {"task_run_id": task_run, "flow_run_id": None}
+
+
+def _batch_out_of_tries() -> BaseException:
     cause = RetriesExhaustedError("request failed after 2 attempts: HTTP 500")
-    batch = _raised(BatchTaskFailed("generate[a/0001]: line 17: request failed"), cause)
-    _log_failure(TASK_RUNS, batch, "Task run failed with exception - Retries are exhausted")
-    logging.getLogger(TASK_RUNS).error("Finished in state Failed('generate[a/0001]: ...')")
-    _log_failure(FLOW_RUNS, PartitionFailed("1 of 4 batches failed"), "Encountered exception")
+    return _raised(BatchTaskFailed("generate[a/0001]: line 17: request failed"), cause)
+
+
+def test_an_expected_batch_failure_is_one_error_line(captured: io.StringIO) -> None:
+    _log_failure(TASK_RUNS, _batch_out_of_tries(), "Task run failed - Retries are exhausted", "t1")
+    finished = "Finished in state Failed('generate[a/0001]: line 17: request failed')"
+    logging.getLogger(TASK_RUNS).error(finished, extra=_run("t1"))
+    _log_failure(FLOW_RUNS, PartitionFailed("1 of 4 failed"), "Encountered exception", "")
     lines = captured.getvalue().splitlines()
     assert lines == [
-        "ERROR prefect.task_runs Finished in state Failed('generate[a/0001]: ...')",
+        "ERROR prefect.task_runs Task run failed - Retries are exhausted",
+        f"INFO prefect.task_runs {finished}",
         "ERROR prefect.flow_runs Encountered exception",
     ]
 
 
 def test_an_expected_failures_traceback_goes_to_debug(captured: io.StringIO) -> None:
     logging.getLogger(TASK_RUNS).setLevel(logging.DEBUG)
-    cause = RetriesExhaustedError("request failed after 2 attempts: HTTP 500")
-    batch = _raised(BatchTaskFailed("generate[a/0001]: line 17: request failed"), cause)
-    _log_failure(TASK_RUNS, batch, "Task run failed with exception - Retries are exhausted")
+    _log_failure(TASK_RUNS, _batch_out_of_tries(), "Task run failed - Retries are exhausted", "t2")
+    logging.getLogger(TASK_RUNS).error("Finished in state Failed('...')", extra=_run("t2"))
     text = captured.getvalue()
-    assert text.startswith("DEBUG prefect.task_runs Task run failed with exception")
-    assert "Traceback" in text and "RetriesExhaustedError" in text
+    debug, error = text.split("\nERROR ")
+    assert debug.startswith("DEBUG prefect.task_runs the traceback of the failure below")
+    assert "Traceback" in debug and "RetriesExhaustedError" in debug
+    assert error == (
+        "prefect.task_runs Task run failed - Retries are exhausted\n"
+        "INFO prefect.task_runs Finished in state Failed('...')\n"
+    )
 
 
 def test_a_bug_keeps_its_traceback_at_error(captured: io.StringIO) -> None:
     bug = _raised(BatchTaskFailed("generate[a/0001]: KeyError: 'x'"), KeyError("x"))
-    _log_failure(TASK_RUNS, bug, "Task run failed with exception - Retries are exhausted")
+    _log_failure(TASK_RUNS, bug, "Task run failed with exception - Retries are exhausted", "t3")
+    logging.getLogger(TASK_RUNS).error("Finished in state Failed('...')", extra=_run("t3"))
     text = captured.getvalue()
     assert text.startswith("ERROR prefect.task_runs Task run failed") and "Traceback" in text
+    assert "ERROR prefect.task_runs Finished in state Failed" in text
