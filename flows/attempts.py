@@ -17,6 +17,8 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlo
 from prefect.client.schemas.objects import FlowRun
 
 from eagle3_datagen.report.outcome import RunOutcome
+from eagle3_datagen.report.progress import Progress
+from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import attempt_line, reused_line
 from eagle3_datagen.write.manifest import summarize_on_disk
 
@@ -63,11 +65,21 @@ def still_on_disk(output_dir: str, name: str, size: int | None) -> dict[str, Any
     return summary if lines and (size is None or lines >= size) else None
 
 
+def count_as_done(meter: RunMeter, name: str, lines: int) -> None:
+    """A reused partition in the run's meter: all its lines done, none by this attempt, so the
+    progress table reads 100% for it and the run's percent counts it."""
+    progress = Progress(total_lines=meter.sizes.get(name) or lines)
+    progress.batch_skipped(lines)
+    progress.finish()
+    meter.track(name, progress)
+
+
 async def reuse_completed(
-    output_dir: str, names: list[str], flow_run: FlowRun, sizes: dict[str, int], outcome: RunOutcome
+    output_dir: str, names: list[str], flow_run: FlowRun, meter: RunMeter, outcome: RunOutcome
 ) -> list[str]:
     """A retried run's partitions still to run: those an earlier attempt completed, with their
-    data still on disk, are reused (no subflow) and said so in the log and the outcome."""
+    data still on disk, are reused (no subflow) and said so in the log, the meter and the
+    outcome."""
     logger = get_run_logger()
     try:
         earlier = await completed_earlier(flow_run)
@@ -75,8 +87,9 @@ async def reuse_completed(
         logger.warning(f"earlier attempts not read, every partition runs: {err}")
         return names
     for name, sub in earlier.items():
-        on_disk = still_on_disk(output_dir, name, sizes.get(name))
+        on_disk = still_on_disk(output_dir, name, meter.sizes.get(name))
         if name in names and on_disk is not None:
             logger.info(reused_line(name, on_disk, sub.name))
+            count_as_done(meter, name, int(on_disk["input_lines"]))
             outcome.partition_reused(name, on_disk)
     return [name for name in names if name not in outcome.reused]

@@ -131,8 +131,8 @@ async def _run_partitions(
     """Every partition's subflow, side by side on the run's server; records each end. A
     retried run's partitions that an earlier attempt completed are reused, not run again."""
     srv = session.srv
-    sizes = session.run.meter.sizes
-    to_run = await reuse_completed(config.output_dir, names, flow_run, sizes, outcome)
+    meter = session.run.meter
+    to_run = await reuse_completed(config.output_dir, names, flow_run, meter, outcome)
     outcome.started()
     final = await asyncio.gather(
         *(
