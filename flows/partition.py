@@ -37,10 +37,15 @@ from eagle3_datagen.report.ui import (
     progress_percent,
 )
 from eagle3_datagen.write.resume import drop_superseded, reuse_line, superseded_line
+from eagle3_datagen_flows import expected_failures
+from eagle3_datagen_flows.failed_batches import supersede_partition
 from eagle3_datagen_flows.prefect_text import artifact_key
 from eagle3_datagen_flows.secrets import api_key_for
 from eagle3_datagen_flows.stopping import cancel_on_sigterm, cancelled
 from eagle3_datagen_tasks.batch import generate_batch
+
+# A batch out of retries logs one ERROR line, not its traceback (expected_failures.py).
+expected_failures.install()
 
 PROGRESS_EVERY_S = 10.0
 # How long the last word waits for an update already on its way (a Prefect API that is away
@@ -252,4 +257,9 @@ async def _generate(
             logger.warning(f"{partition}: failed-batches artifact not written: {err}")
         raise PartitionFailed(partition_failure_message(partition, failures, len(plan.batches)))
     drop_superseded(runner.output)  # every batch is committed: nothing left to reuse
+    try:  # an earlier run's failed-batches table of this partition is now out of date
+        by = f"{prefect.runtime.flow_run.name} (flow run {prefect.runtime.flow_run.id})"
+        await supersede_partition(partition, config.output_dir, by)
+    except Exception as err:
+        logger.warning(f"{partition}: earlier failed-batches artifacts not marked: {err}")
     return partition_summary(config.output_dir, partition, progress)

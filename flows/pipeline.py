@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow, get_run_logger, tags
+from prefect import flow, get_run_logger
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun
-from prefect.context import get_run_context
+from prefect.context import TagsContext, get_run_context
 from prefect.flows import Flow
 from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_run
@@ -41,6 +41,13 @@ from eagle3_datagen.sglang.session import ServerSession, open_server
 from eagle3_datagen.write.guard import guard_output
 from eagle3_datagen.write.lock import PartitionLocks
 from eagle3_datagen.write.manifest import update_manifest
+from eagle3_datagen_flows.attempts import (
+    PARTITION_TAG,
+    TIER_TAG,
+    log_attempt,
+    reuse_completed,
+    shared_tags,
+)
 from eagle3_datagen_flows.auto_concurrency import emit_limit_changes, publish_limit_changes
 from eagle3_datagen_flows.partition import generate_partition
 from eagle3_datagen_flows.prefect_text import failure_reason
@@ -61,8 +68,11 @@ def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]
 
 
 async def _partition(name: str, tier: str, parent_tags: list[str], **kwargs: Any) -> State[Any]:
-    """One partition's subflow, tagged with its partition, its tier and the parent's tags."""
-    with tags(*parent_tags, f"partition:{name}", f"tier:{tier}"):
+    """One partition's subflow, tagged with its partition, its tier and the parent's shared
+    tags, nothing else: the tags in force are replaced, not added to, so no other partition's
+    tag reaches this subflow or its batch tasks."""
+    own = {*shared_tags(parent_tags), f"{PARTITION_TAG}{name}", f"{TIER_TAG}{tier}"}
+    with TagsContext(current_tags=own):
         state: State[Any] = await generate_partition(partition=name, return_state=True, **kwargs)
     return state
 
@@ -110,17 +120,20 @@ async def _run_partitions(
     names: list[str],
     session: _Session,
     outcome: RunOutcome,
-    parent_tags: list[str],
+    flow_run: FlowRun,
 ) -> dict[str, State[Any]]:
-    """Every partition's subflow, side by side on the run's server; records each end."""
+    """Every partition's subflow, side by side on the run's server; records each end. A
+    retried run's partitions that an earlier attempt completed are reused, not run again."""
     srv = session.srv
+    meter = session.run.meter
+    to_run = await reuse_completed(config.output_dir, names, flow_run, meter, outcome)
     outcome.started()
     running = {
         name: asyncio.ensure_future(
             _partition(
                 name,
                 config.partition(name).tier,
-                parent_tags,
+                flow_run.tags or [],
                 config=config,
                 server_url=srv.url,
                 context_length=srv.facts.context_length,
@@ -129,7 +142,7 @@ async def _run_partitions(
                 run=session.run,
             )
         )
-        for name in names
+        for name in to_run
     }
     try:
         final = await asyncio.gather(*running.values())
@@ -140,7 +153,7 @@ async def _run_partitions(
         await publish_limit_changes(srv.controller)
     # A fault no retry can fix stopped every partition: that is the run's one reason.
     outcome.stopped_by(srv.supervisor.error() if srv.supervisor.failed else None)
-    states = dict(zip(names, final, strict=True))
+    states = dict(zip(to_run, final, strict=True))
     for name, state in states.items():
         if state.is_completed():
             outcome.partition_completed(name, await state.aresult())
@@ -178,8 +191,9 @@ async def _this_run(names: list[str], logger: LogSink) -> FlowRun:
     flow_run = get_run_context().flow_run  # type: ignore[union-attr]
     assert flow_run is not None
     worker = os.environ.get("PREFECT__WORKER_NAME", "none")
+    log_attempt(flow_run, logger)
     logger.info(f"running on host {socket.gethostname()}, pid {os.getpid()}, worker {worker}")
-    wanted = sorted({*(flow_run.tags or []), *(f"partition:{name}" for name in names)})
+    wanted = sorted({*(flow_run.tags or []), *(f"{PARTITION_TAG}{name}" for name in names)})
     if wanted != sorted(flow_run.tags or []):
         try:
             async with get_client() as client:
@@ -265,9 +279,7 @@ async def datagen(
             report.watching(config.throughput),
         ):
             emit_limit_changes(session.srv.controller, flow_run)
-            states = await _run_partitions(
-                config, names, session, outcome, sorted(flow_run.tags or [])
-            )
+            states = await _run_partitions(config, names, session, outcome, flow_run)
         manifest = _write_manifest(config, session.fingerprint, outcome, logger)
         await report.publish_data(config, manifest, states)
     except BaseException as err:
