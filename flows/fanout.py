@@ -23,6 +23,7 @@ from eagle3_datagen.report.dataset_card import refresh_dataset_card
 from eagle3_datagen.report.ui import fanout_failure_message
 from eagle3_datagen.write.manifest import settle_manifest
 from eagle3_datagen_flows.pipeline import fanout_run_name
+from eagle3_datagen_flows.stopping import cancelled
 
 PARTITION_DEPLOYMENT = "eagle3-datagen/partition-job"
 
@@ -59,7 +60,11 @@ async def datagen_fanout(
             run = await _run(deployment, params, name, overwrite, f"{key}/retry-{parent.run_count}")
         return run
 
-    runs = await asyncio.gather(*(job(n) for n in names))
+    try:
+        runs = await asyncio.gather(*(job(n) for n in names))
+    except asyncio.CancelledError:  # Ctrl-C: the command line has the jobs' workers stop them
+        message = "stopped before its partition jobs finished; a rerun finishes them"
+        return cancelled(message)  # type: ignore[return-value]
     failed = {n: r for n, r in zip(names, runs, strict=True) if not _completed(r)}
     for name, run in zip(names, runs, strict=True):
         state = run.state.type.value if run.state else "UNKNOWN"

@@ -16,6 +16,7 @@ from prefect.artifacts import (
     acreate_table_artifact,
     aupdate_progress_artifact,
 )
+from prefect.states import State
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.errors import PartitionFailed
@@ -35,10 +36,16 @@ from eagle3_datagen.report.ui import (
     partition_summary,
     progress_percent,
 )
-from eagle3_datagen.write.resume import drop_superseded, superseded_line
+from eagle3_datagen.write.resume import drop_superseded, reuse_line, superseded_line
+from eagle3_datagen_flows import expected_failures
+from eagle3_datagen_flows.failed_batches import supersede_partition
 from eagle3_datagen_flows.prefect_text import artifact_key
 from eagle3_datagen_flows.secrets import api_key_for
+from eagle3_datagen_flows.stopping import cancel_on_sigterm, cancelled
 from eagle3_datagen_tasks.batch import generate_batch
+
+# A batch out of retries logs one ERROR line, not its traceback (expected_failures.py).
+expected_failures.install()
 
 PROGRESS_EVERY_S = 10.0
 # How long the last word waits for an update already on its way (a Prefect API that is away
@@ -111,6 +118,8 @@ async def _plan(config: PipelineConfig, partition: str, logger: Any) -> Partitio
         logger.warning(f"{partition}: {len(plan.duplicates)} lines repeat an earlier id; rejected")
     if plan.superseded:
         logger.warning(superseded_line(partition, plan.superseded, len(plan.reuse)))
+    if plan.done_lines:  # a rerun: what it keeps and what is left
+        logger.info(reuse_line(partition, plan.done_lines, plan.total_lines, len(plan.reuse)))
     return plan
 
 
@@ -156,7 +165,10 @@ async def _run_batches(
 
     async def _batch(spec: Any) -> Any:
         runner.raise_if_server_lost()  # no task run for a batch that cannot succeed
-        return await batch_task(runner, spec)
+        result = await batch_task(runner, spec)
+        if isinstance(result, State):  # the task ended Cancelled: the stop goes on
+            raise asyncio.CancelledError
+        return result
 
     return await run_windowed(iter(plan.batches), _batch, plan.window)
 
@@ -181,7 +193,34 @@ async def generate_partition(
 
     ``run`` carries the parent run's server budget, supervisor and meter; without it (a
     partition run on its own) the config's limits apply and no supervisor watches the server.
+    Stopped (Ctrl-C, Cancel), it ends Cancelled once its batches in flight have.
     """
+    async with cancel_on_sigterm():
+        try:
+            return await _generate(
+                config,
+                partition,
+                server_url,
+                context_length,
+                max_req_input_len,
+                parquet_metadata,
+                run,
+            )
+        except asyncio.CancelledError:
+            message = f"{partition}: the run was stopped before this partition finished"
+            return cancelled(message)  # type: ignore[return-value]
+
+
+async def _generate(
+    config: PipelineConfig,
+    partition: str,
+    server_url: str,
+    context_length: int | None = None,
+    max_req_input_len: int | None = None,
+    parquet_metadata: dict[str, str] | None = None,
+    run: RunContext | None = None,
+) -> dict[str, Any]:
+    """The partition's records: plan, client, batches, its failed-batches table."""
     logger = get_run_logger()
     if run is None:
         run = RunContext.standalone(config, run_key=str(prefect.runtime.flow_run.id))
@@ -218,4 +257,9 @@ async def generate_partition(
             logger.warning(f"{partition}: failed-batches artifact not written: {err}")
         raise PartitionFailed(partition_failure_message(partition, failures, len(plan.batches)))
     drop_superseded(runner.output)  # every batch is committed: nothing left to reuse
+    try:  # an earlier run's failed-batches table of this partition is now out of date
+        by = f"{prefect.runtime.flow_run.name} (flow run {prefect.runtime.flow_run.id})"
+        await supersede_partition(partition, config.output_dir, by)
+    except Exception as err:
+        logger.warning(f"{partition}: earlier failed-batches artifacts not marked: {err}")
     return partition_summary(config.output_dir, partition, progress)

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow, get_run_logger, tags
+from prefect import flow, get_run_logger
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun
-from prefect.context import get_run_context
-from prefect.exceptions import TerminationSignal
+from prefect.context import TagsContext, get_run_context
 from prefect.flows import Flow
 from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_run
@@ -42,17 +41,19 @@ from eagle3_datagen.sglang.session import ServerSession, open_server
 from eagle3_datagen.write.guard import guard_output
 from eagle3_datagen.write.lock import PartitionLocks
 from eagle3_datagen.write.manifest import update_manifest
+from eagle3_datagen_flows.attempts import (
+    PARTITION_TAG,
+    TIER_TAG,
+    log_attempt,
+    reuse_completed,
+    shared_tags,
+)
 from eagle3_datagen_flows.auto_concurrency import emit_limit_changes, publish_limit_changes
 from eagle3_datagen_flows.partition import generate_partition
 from eagle3_datagen_flows.prefect_text import failure_reason
 from eagle3_datagen_flows.run_report import RunReport
 from eagle3_datagen_flows.secrets import api_key_for
-
-
-def _cancelled(err: BaseException) -> bool:
-    """A stop that someone asked for: a cancellation from the UI or API (SIGTERM from the
-    worker), Ctrl-C, or the task's cancellation by the command line's signal handler."""
-    return isinstance(err, asyncio.CancelledError | KeyboardInterrupt | TerminationSignal)
+from eagle3_datagen_flows.stopping import cancel_on_sigterm, stopped_run
 
 
 def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]) -> None:
@@ -67,8 +68,11 @@ def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]
 
 
 async def _partition(name: str, tier: str, parent_tags: list[str], **kwargs: Any) -> State[Any]:
-    """One partition's subflow, tagged with its partition, its tier and the parent's tags."""
-    with tags(*parent_tags, f"partition:{name}", f"tier:{tier}"):
+    """One partition's subflow, tagged with its partition, its tier and the parent's shared
+    tags, nothing else: the tags in force are replaced, not added to, so no other partition's
+    tag reaches this subflow or its batch tasks."""
+    own = {*shared_tags(parent_tags), f"{PARTITION_TAG}{name}", f"{TIER_TAG}{tier}"}
+    with TagsContext(current_tags=own):
         state: State[Any] = await generate_partition(partition=name, return_state=True, **kwargs)
     return state
 
@@ -116,17 +120,20 @@ async def _run_partitions(
     names: list[str],
     session: _Session,
     outcome: RunOutcome,
-    parent_tags: list[str],
+    flow_run: FlowRun,
 ) -> dict[str, State[Any]]:
-    """Every partition's subflow, side by side on the run's server; records each end."""
+    """Every partition's subflow, side by side on the run's server; records each end. A
+    retried run's partitions that an earlier attempt completed are reused, not run again."""
     srv = session.srv
+    meter = session.run.meter
+    to_run = await reuse_completed(config.output_dir, names, flow_run, meter, outcome)
     outcome.started()
-    final = await asyncio.gather(
-        *(
+    running = {
+        name: asyncio.ensure_future(
             _partition(
                 name,
                 config.partition(name).tier,
-                parent_tags,
+                flow_run.tags or [],
                 config=config,
                 server_url=srv.url,
                 context_length=srv.facts.context_length,
@@ -134,14 +141,19 @@ async def _run_partitions(
                 parquet_metadata=parquet_metadata(session.fingerprint),
                 run=session.run,
             )
-            for name in names
         )
-    )
+        for name in to_run
+    }
+    try:
+        final = await asyncio.gather(*running.values())
+    except asyncio.CancelledError:
+        await _keep_completed(running, outcome)
+        raise
     with contextlib.suppress(Exception):  # a report never fails the run
         await publish_limit_changes(srv.controller)
     # A fault no retry can fix stopped every partition: that is the run's one reason.
     outcome.stopped_by(srv.supervisor.error() if srv.supervisor.failed else None)
-    states = dict(zip(names, final, strict=True))
+    states = dict(zip(to_run, final, strict=True))
     for name, state in states.items():
         if state.is_completed():
             outcome.partition_completed(name, await state.aresult())
@@ -149,6 +161,15 @@ async def _run_partitions(
             reason = failure_reason(state.message, state.type.value)
             outcome.partition_failed(name, state.type.value, reason, state.message)
     return states
+
+
+async def _keep_completed(running: dict[str, Any], outcome: RunOutcome) -> None:
+    """A stopped run's partitions that had completed stay completed in every report."""
+    for name, task in running.items():
+        if task.done() and not task.cancelled() and task.exception() is None:
+            state = task.result()
+            if state.is_completed():
+                outcome.partition_completed(name, await state.aresult())
 
 
 def _write_manifest(
@@ -170,8 +191,9 @@ async def _this_run(names: list[str], logger: LogSink) -> FlowRun:
     flow_run = get_run_context().flow_run  # type: ignore[union-attr]
     assert flow_run is not None
     worker = os.environ.get("PREFECT__WORKER_NAME", "none")
+    log_attempt(flow_run, logger)
     logger.info(f"running on host {socket.gethostname()}, pid {os.getpid()}, worker {worker}")
-    wanted = sorted({*(flow_run.tags or []), *(f"partition:{name}" for name in names)})
+    wanted = sorted({*(flow_run.tags or []), *(f"{PARTITION_TAG}{name}" for name in names)})
     if wanted != sorted(flow_run.tags or []):
         try:
             async with get_client() as client:
@@ -241,6 +263,7 @@ async def datagen(
     report = RunReport(flow_run, outcome, meter)
     started = datetime.now(UTC)
     locks = _locks(config, names, flow_run)
+    stopped: State[Any] | None = None
     try:
         # Inputs, tokenizer, special tokens, output before the server: a model load takes
         # minutes. Then one writer per partition: another run holding one refuses this one.
@@ -249,24 +272,24 @@ async def datagen(
             logger.warning(note)
         await report.open()
         async with (
+            cancel_on_sigterm(),
             _session(
                 config, names, check, meter, flow_run, server_url, overwrite, logger
             ) as session,
             report.watching(config.throughput),
         ):
             emit_limit_changes(session.srv.controller, flow_run)
-            states = await _run_partitions(
-                config, names, session, outcome, sorted(flow_run.tags or [])
-            )
+            states = await _run_partitions(config, names, session, outcome, flow_run)
         manifest = _write_manifest(config, session.fingerprint, outcome, logger)
         await report.publish_data(config, manifest, states)
     except BaseException as err:
-        outcome.stopped(err, cancelled=_cancelled(err))
-        raise
+        stopped = stopped_run(err, outcome)  # Cancelled (not Crashed) when someone stopped it
     finally:
         await report.summary(config.output_dir)
         locks.release()
         await report.record_history(config.output_dir, started)
+    if stopped is not None:
+        return stopped  # type: ignore[return-value]
     failure = outcome.failure()
     if failure is not None:
         raise failure

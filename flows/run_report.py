@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -28,12 +27,10 @@ from prefect.client.schemas.actions import ArtifactUpdate
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
-    ArtifactFilterKey,
 )
 from prefect.client.schemas.objects import FlowRun
 from prefect.events import emit_event
 from prefect.runtime import deployment as current_deployment
-from prefect.settings import PREFECT_UI_URL
 from prefect.states import State
 
 from eagle3_datagen.config import PipelineConfig, ThroughputAlarm
@@ -55,9 +52,9 @@ from eagle3_datagen.report.throughput import (
 )
 from eagle3_datagen.report.ui import (
     DATA_PREFIX,
-    FAILED_BATCHES_PREFIX,
     RUN_PROGRESS_KEY,
     SUMMARY_KEY,
+    SUPERSEDED,
     THROUGHPUT_KEY,
     progress_percent,
     run_progress_markdown,
@@ -65,8 +62,9 @@ from eagle3_datagen.report.ui import (
     throughput_log_line,
     throughput_markdown,
 )
+from eagle3_datagen_flows.failed_batches import failed_batch_tables, publish_run_failures
 from eagle3_datagen_flows.partition import PROGRESS_EVERY_S
-from eagle3_datagen_flows.prefect_text import artifact_key, artifact_link, throughput_event
+from eagle3_datagen_flows.prefect_text import artifact_key, throughput_event
 
 
 async def _announce(change: ThroughputChange, flow_run: FlowRun, logger: Any) -> None:
@@ -123,30 +121,6 @@ async def _watch_throughput(
                 logger.warning(f"throughput alarm could not be published: {err}")
 
 
-async def _failed_batch_links(states: dict[str, State[Any]]) -> dict[str, tuple[int, str]]:
-    """Per failed partition: (failed batches, link to its failed-batches table artifact)."""
-    links: dict[str, tuple[int, str]] = {}
-    ui_url = PREFECT_UI_URL.value()
-    async with get_client() as client:
-        for name, state in states.items():
-            sub_id = state.state_details.flow_run_id
-            if state.is_completed() or sub_id is None:
-                continue
-            found = await client.read_artifacts(
-                artifact_filter=ArtifactFilter(
-                    key=ArtifactFilterKey(any_=[artifact_key(FAILED_BATCHES_PREFIX, name)]),
-                    flow_run_id=ArtifactFilterFlowRunId(any_=[sub_id]),
-                ),
-                limit=1,
-            )
-            if found:
-                data = found[0].data
-                rows = json.loads(data) if isinstance(data, str) else data
-                links[name] = (len(rows or []), artifact_link(ui_url, str(found[0].id)))
-    return links
-
-
-SUPERSEDED = "Superseded"
 HISTORY_KEY = "datagen-history"
 HISTORY_ROWS = 60  # the table artifact's latest rows (the file keeps every run)
 
@@ -234,7 +208,9 @@ class RunReport:
         """Links to failed partitions' batch tables, a data picture per partition of this run
         and the dataset card; reports must never fail a run that generated its data."""
         try:
-            self.failed_links = await _failed_batch_links(states)
+            self.failed_links, rows = await failed_batch_tables(states)
+            by = f"run {self.flow_run.name!r} (attempt {self.flow_run.run_count or 1})"
+            await publish_run_failures(rows, config.output_dir, self.outcome.completed, by)
             pictures = refresh_dataset_card(config.output_dir, manifest)
             for name in self.outcome.names:
                 picture = pictures.get(name)

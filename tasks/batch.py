@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from prefect import Task, task
@@ -14,6 +15,7 @@ from eagle3_datagen.generate.batch import PartitionRunner
 from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.report.ui import batch_failure_message
 from eagle3_datagen.write.shards import BatchSummary
+from eagle3_datagen_flows.stopping import cancelled
 
 
 def retry_if_it_can_help(task: Task[Any, Any], task_run: TaskRun, state: State[Any]) -> bool:
@@ -32,9 +34,13 @@ def retry_if_it_can_help(task: Task[Any, Any], task_run: TaskRun, state: State[A
     cache_policy=NO_CACHE,  # results live in Parquet; the batch marker is the cache
     persist_result=False,
 )
-async def generate_batch(runner: PartitionRunner, spec: BatchSpec) -> BatchSummary:
-    """Parse, render, generate, validate and write one batch (skipped if already committed)."""
+async def generate_batch(runner: PartitionRunner, spec: BatchSpec) -> BatchSummary | State[Any]:
+    """Parse, render, generate, validate and write one batch (skipped if already committed);
+    Cancelled (not Crashed) when the run is stopped meanwhile: its requests are aborted and
+    nothing of it is committed, so a rerun does it again."""
     try:
         return await runner.run_batch(spec)
+    except asyncio.CancelledError:
+        return cancelled(f"{spec.label}: the run was stopped; a rerun generates this batch")
     except Exception as err:
         raise BatchTaskFailed(batch_failure_message(spec.label, spec.partition, err)) from err

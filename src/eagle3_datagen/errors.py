@@ -141,6 +141,10 @@ class RunFailed(RunError):
     """Some partitions failed; the message names each and why."""
 
 
+class EvalGateFailed(RunError):
+    """A draft's held-out accept length dropped past the gate's margin from its baseline."""
+
+
 class FanOutFailed(RunError):
     """Some partition jobs did not complete; the message names them."""
 
@@ -195,3 +199,14 @@ def retry_can_fix(err: BaseException) -> bool:
     if any(isinstance(e, _FINAL) for e in chain):
         return False
     return any(isinstance(e, _RETRYABLE) for e in chain)
+
+
+def is_expected(err: BaseException) -> bool:
+    """Whether ``err`` is a failure the pipeline describes in its message (a request out of
+    tries, a lost server, a full disk, a failed batch or partition), not a bug: its traceback
+    tells an operator nothing the message does not. A wrapper (``RunError``) around anything
+    else, say a ``KeyError``, is a bug and keeps its traceback."""
+    chain = _chain(err)
+    if any(isinstance(e, DatagenError) and not isinstance(e, RunError) for e in chain):
+        return True
+    return isinstance(chain[-1], DatagenError)

@@ -8,6 +8,12 @@ tokenizer and chat template, the special tokens, the output path (a directory th
 write), and every setting the config alone decides that differs from the data already in the
 output directory (the server's own settings are compared once it answers: ``write/guard.py``).
 Every input problem is reported at once.
+
+None of it needs Prefect: the command line runs these checks too, before it starts Prefect's
+temporary server (seconds to a minute), so a bad input, tokenizer or output is told in the
+flow's own words without waiting for it; :func:`check_inputs_and_output` (no tokenizer) first,
+in about a second. Line counts (here) and the tokenizer (``render/chat_tokenizer.py``) are
+cached in the process, so the flow's own check after the command line's costs nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ from eagle3_datagen.write.manifest import read_manifest
 from eagle3_datagen.write.shards import PartitionOutput
 
 _CHUNK = 1 << 22
+# Line counts by (path, device, inode, size, mtime): the command line's early check and the
+# flow's, in one process, read a large input once.
+_COUNTED: dict[tuple[str, int, int, int, int], int] = {}
 
 
 @dataclass(slots=True)
@@ -47,16 +56,21 @@ def count_input_lines(path: str | Path) -> int:
     """Lines of a JSONL file as the batch planner counts them (a last line without a newline
     counts), or rows of a Parquet file; raises OSError or pyarrow's errors if unreadable."""
     path = Path(path)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key in _COUNTED:
+        return _COUNTED[key]
     if is_parquet(path):
-        import pyarrow.parquet as pq
-
-        return int(pq.ParquetFile(path).metadata.num_rows)
-    lines, last = 0, b"\n"
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            lines += chunk.count(b"\n")
-            last = chunk[-1:]
-    return lines + (last != b"\n")
+        count = int(pq.ParquetFile(path).metadata.num_rows)
+    else:
+        lines, last = 0, b"\n"
+        with path.open("rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+        count = lines + (last != b"\n")
+    _COUNTED[key] = count
+    return count
 
 
 def input_problem(partition: str, path: str) -> str | int:
@@ -146,6 +160,30 @@ def check_output(
         )
 
 
+def check_inputs(config: PipelineConfig, names: list[str], sizes: dict[str, int]) -> None:
+    """Every selected partition is known (ConfigError) and its input usable (InputFileError,
+    every unusable input one line each); ``sizes`` gets each readable input's line count."""
+    parts = [config.partition(name) for name in names]  # ConfigError names the unknown one
+    problems: list[str] = []
+    for part in parts:
+        result = input_problem(part.name, part.input)
+        if isinstance(result, str):
+            problems.append(result)
+        else:
+            sizes[part.name] = result
+    if problems:
+        raise InputFileError("; ".join(problems))
+
+
+def check_inputs_and_output(config: PipelineConfig, partitions: list[str] | None) -> None:
+    """The checks of :func:`check_before_server` that need no tokenizer: partition names,
+    input files, an output path this user can write. Same errors, same words."""
+    check_inputs(config, list(partitions or [p.name for p in config.partitions]), {})
+    problem = output_path_problem(config.output_dir)
+    if problem is not None:
+        raise OutputWriteError(problem)
+
+
 def check_before_server(
     config: PipelineConfig,
     partitions: list[str] | None,
@@ -165,17 +203,8 @@ def check_before_server(
     knows the partitions' sizes.
     """
     names = list(partitions or [p.name for p in config.partitions])
-    parts = [config.partition(name) for name in names]  # ConfigError names the unknown one
     sizes = {} if sizes is None else sizes
-    problems: list[str] = []
-    for part in parts:
-        result = input_problem(part.name, part.input)
-        if isinstance(result, str):
-            problems.append(result)
-        else:
-            sizes[part.name] = result
-    if problems:
-        raise InputFileError("; ".join(problems))
+    check_inputs(config, names, sizes)
     tokenizer = load_tokenizer(config)
     ids = TokenIds.resolve(tokenizer, config.special_tokens)
     if overwrite is not None:

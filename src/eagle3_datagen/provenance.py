@@ -46,7 +46,6 @@ CONTENT_SERVER_ARGS: dict[str, str] = {
     "allow_auto_truncate": "whether a too-long prompt is cut instead of rejected",
     "preferred_sampling_params": "merged into every request's sampling parameters",
     "enable_deterministic_inference": "whether a request's sampling_seed is honoured",
-    "speculative_algorithm": "a different sampling path, and more reserved tokens per request",
 }
 
 # /server_info keys one might expect in the fingerprint, and why they are left out (every other
@@ -64,7 +63,12 @@ RUN_ONLY_SERVER_ARGS: dict[str, str] = {
     "sampling_defaults": "applies to the OpenAI endpoints, not to /generate",
     "host": "where the server listens",
     "port": "where the server listens",
+    "speculative_algorithm": "lossless (pre-flight refuses a lossy setting): the target's own "
+    "distribution, reached in fewer steps; every speculative_* field is in run.server_args",
 }
+# Content keys kept at a fixed value: they were content once, and dropping the key would change
+# the fingerprint of every dataset written before.
+_RETIRED_CONTENT_SERVER_ARGS: dict[str, Any] = {"speculative_algorithm": None}
 
 
 # What ``run.server_kind`` records: which server made the output tokens.
@@ -122,7 +126,10 @@ def build_fingerprint(
             for p in config.partitions
         },
         "batch_size": config.batch_size,
-        "server": {k: server_args.get(k) for k in CONTENT_SERVER_ARGS},
+        "server": {
+            **{k: server_args.get(k) for k in CONTENT_SERVER_ARGS},
+            **_RETIRED_CONTENT_SERVER_ARGS,
+        },
     }
     digest = hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return {

@@ -38,6 +38,13 @@ def quiet_console_tracebacks() -> None:
     """Make Prefect's console handlers print no traceback (idempotent); the API
     handler, which keeps the traceback, is left as it is."""
     import prefect.main  # noqa: F401  (sets Prefect's logging up; later setups are incremental)
+
+    for handler in _console_handlers():
+        if not isinstance(handler.formatter, OneLineFormatter):
+            handler.setFormatter(OneLineFormatter(handler.formatter or logging.Formatter()))
+
+
+def _console_handlers() -> list[logging.Handler]:
     from prefect.logging.handlers import PrefectConsoleHandler
 
     loggers = [
@@ -48,9 +55,22 @@ def quiet_console_tracebacks() -> None:
             if isinstance(logger, logging.Logger)
         ),
     ]
-    for logger in loggers:
-        for handler in logger.handlers:
-            if isinstance(handler, PrefectConsoleHandler) and not isinstance(
-                handler.formatter, OneLineFormatter
-            ):
-                handler.setFormatter(OneLineFormatter(handler.formatter or logging.Formatter()))
+    return [h for lg in loggers for h in lg.handlers if isinstance(h, PrefectConsoleHandler)]
+
+
+def stopping_now(signum: int) -> None:
+    """Ctrl-C or SIGTERM: one line says the run is stopping; what each batch, subflow and the
+    server say while they stop (Prefect logs every end that is not Completed at ERROR) goes to
+    the flow run's log on the Prefect API, not to the terminal, which ends with the stop's
+    one line."""
+    import signal
+    import sys
+
+    name = signal.Signals(signum).name
+    print(
+        f"eagle3-datagen: {name}: stopping: cancelling the batches in flight, then closing the run",
+        file=sys.stderr,
+        flush=True,
+    )
+    for handler in _console_handlers():
+        handler.setLevel(logging.CRITICAL + 1)

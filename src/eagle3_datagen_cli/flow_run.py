@@ -67,7 +67,8 @@ def run_pipeline(
     from eagle3_datagen_cli.prefect_server import prefect_env, temporary_prefect_server
 
     prefect_env()
-    from eagle3_datagen_cli.console import quiet_console_tracebacks
+    from eagle3_datagen_cli.console import quiet_console_tracebacks, stopping_now
+    from eagle3_datagen_flows.stopping import received
 
     quiet_console_tracebacks()
     runs: list[Any] = []  # the flow run, once Prefect says how it ended (its hooks)
@@ -79,13 +80,17 @@ def run_pipeline(
         # A task that ended on the interrupt while the loop itself was interrupted is not news.
         asyncio.get_running_loop().set_exception_handler(_quiet_interrupts)
         try:
-            return await stop_on_signals(
-                _flow_state(config, partitions, server_url, overwrite, fan_out, seen)
+            state = await stop_on_signals(
+                _flow_state(config, partitions, server_url, overwrite, fan_out, seen),
+                on_stop=stopping_now,
             )
         except Interrupted as stop:
             for run in runs[:1]:
-                await mark_cancelled(run.id, f"cancelled by {stop}")
+                await mark_cancelled(run.id, stop.why)
             raise
+        if state.is_cancelled() and received:  # SIGTERM, taken by the flow itself
+            raise Interrupted(received[0])
+        return state
 
     from prefect.exceptions import TerminationSignal
 
@@ -95,7 +100,7 @@ def run_pipeline(
         except TerminationSignal as sig:  # Prefect's SIGTERM bridge, armed while a flow runs
             stop = Interrupted(sig.signal)
             for run in runs[:1]:
-                asyncio.run(mark_cancelled(run.id, f"cancelled by {stop}"))
+                asyncio.run(mark_cancelled(run.id, stop.why))
             raise stop from None
         if state.is_completed():
             return True, asyncio.run(state.aresult())

@@ -15,7 +15,7 @@ import os
 import sys
 
 from eagle3_datagen.errors import DatagenError
-from eagle3_datagen_cli import dataset, ops, run
+from eagle3_datagen_cli import dataset, evaluate, ops, run
 from eagle3_datagen_cli.console import one_line
 from eagle3_datagen_cli.signals import Interrupted
 
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run.add_commands(sub)
     dataset.add_commands(sub)
+    evaluate.add_commands(sub)
     ops.add_commands(sub)
     sub.add_parser(
         "emulator",

@@ -14,11 +14,13 @@ from eagle3_datagen_cli.prefect_server import prefect_api
 
 
 def cmd_failures(args: argparse.Namespace) -> int:
-    """A run's failed batches from the Prefect API (PREFECT_API_URL, or the local database)."""
-    from eagle3_datagen_cli.failures import failed_batches, failures_text
+    """A run's failed batches from the Prefect API (PREFECT_API_URL, or the local database),
+    after the line that names which one it read."""
+    with prefect_api() as where:  # before the import: "nothing to read" needs only settings
+        from eagle3_datagen_cli.failures import failed_batches, failures_text
 
-    with prefect_api() as where:
         found = asyncio.run(failed_batches(args.flow_run, where, all_attempts=args.all_attempts))
+    print(f"read from {where}")
     print(failures_text(found))
     return 0
 

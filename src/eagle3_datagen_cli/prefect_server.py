@@ -176,7 +176,16 @@ def prefect_api() -> Iterator[str]:
                 f"nothing to read: PREFECT_API_URL is not set and Prefect's local database "
                 f"{database} does not exist (no run without PREFECT_API_URL was made here)"
             )
-        where = f"Prefect's local database {database} (PREFECT_API_URL is not set)"
+        named = f"local database {database}" if database else "database in its settings"
+        where = f"Prefect's {named} (PREFECT_API_URL is not set)"
+        # It is read through Prefect's server (one in this process starts no faster: most of
+        # the time is the server's own start): say why the answer takes a while.
+        print(
+            f"eagle3-datagen: using {where} through Prefect's temporary server, which takes "
+            "15-60 s to start; with PREFECT_API_URL set to a running server it is at once",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         with temporary_prefect_server():
             yield where

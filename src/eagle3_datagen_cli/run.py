@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_datagen.config import PipelineConfig, load_config
-from eagle3_datagen.errors import ConfigError
+from eagle3_datagen.errors import (
+    ConfigError,
+    InputFileError,
+    OutputConflictError,
+    OutputWriteError,
+    TokenizerError,
+)
+from eagle3_datagen_cli.console import one_line
 from eagle3_datagen_cli.flow_run import run_pipeline
 
 
@@ -17,16 +24,44 @@ def _print_summary(manifest: dict[str, Any], output_dir: str) -> None:
     print(f"dataset: {output_dir}")
     for name, part in manifest.get("partitions", {}).items():
         reasons = ", ".join(f"{k}={v}" for k, v in part.get("rejects_by_reason", {}).items())
+        reused, lines = part.get("reused_lines") or 0, (part.get("input") or {}).get("lines")
         print(
             f"  {name}: {part.get('accepted', 0)} accepted, {part.get('rejected', 0)} rejected"
             + (f" ({reasons})" if reasons else "")
+            + (
+                f"; reused {reused:,}{f' of {lines:,}' if lines else ''} input lines done by "
+                "earlier runs"
+                if reused
+                else ""
+            )
             + f" -> {Path(output_dir) / name}"
         )
     print(f"manifest: {Path(output_dir) / 'manifest.json'}")
 
 
+def _check_first(config: PipelineConfig, partitions: list[str] | None, overwrite: bool) -> None:
+    """The flow's checks before its server, made here before Prefect's temporary server starts
+    (seconds to a minute): inputs and the output path first (no tokenizer: about a second),
+    then the tokenizer, special tokens and the data already in the output directory. The flow
+    makes them again in this process at no cost: input line counts and the tokenizer are
+    cached."""
+    from eagle3_datagen.precheck import check_before_server, check_inputs_and_output
+
+    check_inputs_and_output(config, partitions)
+    check_before_server(config, partitions, overwrite=overwrite)
+
+
 def _run_and_report(what: str, config: PipelineConfig, **options: Any) -> int:
-    """Run the pipeline; print the dataset's summary (exit 0) or why ``what`` failed (exit 1)."""
+    """Run the pipeline; print the dataset's summary (exit 0) or why ``what`` failed (exit 1).
+
+    Without a fan-out (whose jobs check their inputs on their own machines), what the flow
+    checks before its server is checked first, with the flow's words and exit status."""
+    if not options.get("fan_out"):
+        try:
+            _check_first(config, options.get("partitions"), bool(options.get("overwrite")))
+        except (InputFileError, OutputWriteError, TokenizerError, OutputConflictError) as err:
+            print(f"eagle3-datagen: {what} failed: {one_line(str(err))}", file=sys.stderr)
+            return 1
     ok, result = run_pipeline(config, **options)
     if not ok:
         print(f"eagle3-datagen: {what} failed: {result}", file=sys.stderr)

@@ -5,18 +5,20 @@ Prefect's temporary API server out of that group, so the API is still there whil
 stops. Then:
 
 - :func:`stop_on_signals` turns the first SIGINT or SIGTERM into a cancellation of the flow's
-  task: the flow's own ``finally`` blocks stop the server it launched and write the summary,
-  the API records it, and the command exits 130 with one line. The launched SGLang server runs
-  in its own session too (``sglang/process.py``), so only the run stops it;
-- :func:`mark_cancelled` then sets the run and its unfinished subflows Cancelled (Prefect
-  records a cancelled task as Crashed).
+  task. The flows unwind in order (``flows/stopping.py``): the batches in flight end
+  Cancelled, then the subflows, then the parent, whose ``finally`` blocks stop the server it
+  launched (on purpose: never taken for lost, never relaunched) and write the summary. The
+  launched SGLang server runs in its own session too (``sglang/process.py``), so only the run
+  stops it. The command says it is stopping, then the stop's one line, and exits 130;
+- :func:`mark_cancelled` then sets Cancelled what did not end so by itself (a fan-out's
+  partition jobs, which workers run in their own processes, are set Cancelling).
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -29,10 +31,19 @@ class Interrupted(Exception):
         self.signum = signum
         super().__init__(f"stopped by {signal.Signals(signum).name}")
 
+    @property
+    def why(self) -> str:
+        """The stop as the run's state message says it."""
+        if self.signum == signal.SIGINT:
+            return "stopped with Ctrl-C at the command line"
+        return f"stopped by {signal.Signals(self.signum).name} at the command line"
 
-async def stop_on_signals(work: Awaitable[T]) -> T:
-    """Await ``work``; the first SIGINT or SIGTERM cancels it and raises :class:`Interrupted`
-    once it has unwound (a second signal while it unwinds is ignored: the stop is under way)."""
+
+async def stop_on_signals(work: Awaitable[T], on_stop: Callable[[int], None] | None = None) -> T:
+    """Await ``work``; the first SIGINT or SIGTERM cancels it (``on_stop`` is told which) and
+    raises :class:`Interrupted` once it has unwound, whether ``work`` then raised or returned
+    (a flow that ends Cancelled returns). A second signal while it unwinds is ignored: the
+    stop is under way."""
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(work)
     got: list[int] = []
@@ -40,12 +51,14 @@ async def stop_on_signals(work: Awaitable[T]) -> T:
     def on_signal(signum: int) -> None:
         if not got:
             got.append(signum)
+            if on_stop is not None:
+                on_stop(signum)
             task.cancel()
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        return await task
+        result = await task
     except BaseException as err:
         if got:
             raise Interrupted(got[0]) from err
@@ -53,6 +66,9 @@ async def stop_on_signals(work: Awaitable[T]) -> T:
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
+    if got:
+        raise Interrupted(got[0])
+    return result
 
 
 async def mark_cancelled(flow_run_id: Any, why: str) -> None:
@@ -73,10 +89,10 @@ async def mark_cancelled(flow_run_id: Any, why: str) -> None:
             )
         )
         for run in [*subs, await client.read_flow_run(flow_run_id)]:
-            done = run.state is not None and run.state.is_completed()
+            ended = run.state is not None and (run.state.is_completed() or run.state.is_cancelled())
             job = run.deployment_id is not None and run.id != flow_run_id
-            if done or (job and run.state is not None and run.state.is_final()):
-                continue  # a job that ended on its own keeps its own end
+            if ended or (job and run.state is not None and run.state.is_final()):
+                continue  # a run that ended on its own (or a job) keeps its own end
             # A job a worker runs is stopped through its worker; one not yet running is not
             # picked up once Cancelled.
             running = job and run.state is not None and run.state.is_running()

@@ -64,6 +64,21 @@ SGLANG_FLAGS: list[tuple[tuple[str, ...], Any, Any, str]] = [
     (("--watchdog-timeout",), float, 300.0, "reported only"),
     (("--allow-auto-truncate",), "bool", False, "reported only"),
     (("--skip-tokenizer-init",), "bool", False, "reported only"),
+    # Speculative decoding (speculating.py): resolved and reported as SGLang does; the
+    # acceptance of each verify step follows --emu-accept-length / --emu-accept-probs.
+    (("--speculative-algorithm",), str, None, "EAGLE, EAGLE3, NEXTN or STANDALONE"),
+    (
+        ("--speculative-draft-model-path", "--speculative-draft-model"),
+        str,
+        None,
+        "the draft: any readable directory stands in for it",
+    ),
+    (("--speculative-num-steps",), int, None, "draft chain length; None: chosen as SGLang does"),
+    (("--speculative-eagle-topk",), int, None, "None: chosen with --speculative-num-steps"),
+    (("--speculative-num-draft-tokens",), int, None, "forced to steps + 1 under topk 1"),
+    (("--speculative-accept-threshold-single",), float, 1.0, "reported only (below 1: lossy)"),
+    (("--speculative-accept-threshold-acc",), float, 1.0, "reported only (below 1: lossy)"),
+    (("--speculative-use-rejection-sampling",), "bool", False, "reported only"),
 ]
 
 _EMU_FLAGS: list[tuple[str, Any, Any, str]] = [
@@ -137,6 +152,30 @@ _EMU_FLAGS: list[tuple[str, Any, Any, str]] = [
     ("--emu-fault-abort-rate", float, 0.0, "chance of a 200 abort with partial output_ids"),
     ("--emu-hang-s", float, 3600.0, "how long a hang fault holds a request"),
     ("--emu-crash-after", int, 0, "os._exit(1) on the Nth /generate request (0: never)"),
+    (
+        "--emu-accept-length",
+        float,
+        None,
+        "speculating: mean tokens per verify step (1 to steps + 1), every draft position "
+        "accepted with the same conditional probability",
+    ),
+    (
+        "--emu-accept-probs",
+        str,
+        None,
+        "speculating: conditional acceptance of draft positions 1, 2, ... 'P1,P2,...' (the "
+        "last repeats); neither flag: 0.7 each",
+    ),
+]
+# A real model behind /generate (the CPU lab): torch is imported only when this is given.
+_MODEL_BACKEND_FLAGS: list[tuple[str, Any, Any, str]] = [
+    (
+        "--emu-model-backend",
+        str,
+        None,
+        "'transformers': /generate runs the causal LM at --model-path (and speculates with "
+        "an EAGLE-3 draft under --speculative-algorithm EAGLE3); needs torch",
+    ),
 ]
 FAULT_RATE_FLAGS = tuple(f for f, *_ in _EMU_FLAGS if f.startswith("--emu-fault-") and "rate" in f)
 
@@ -187,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
                 other.add_argument(*options, nargs=count, default=None, help=argparse.SUPPRESS)
     e = p.add_argument_group("emulator-only flags")
     for name, kind, default, help in _EMU_FLAGS:
+        _add(e, (name,), kind, default, help)
+    for name, kind, default, help in _MODEL_BACKEND_FLAGS:
         _add(e, (name,), kind, default, help)
     return p
 
@@ -242,6 +283,9 @@ class EmulatorArgs:
     emu_fault_abort_rate: float
     emu_hang_s: float
     emu_crash_after: int
+    emu_accept_length: float | None
+    emu_accept_probs: str | None
+    emu_model_backend: str | None = None  # --emu-model-backend (model_backend.py)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace, argv: list[str]) -> EmulatorArgs:
@@ -317,6 +361,8 @@ def parse_args(argv: list[str] | None = None) -> EmulatorArgs:
             output_by_max_new(ns.emu_output_by_max_new)
         except ValueError as err:
             parser.error(f"--emu-output-by-max-new: {err}")
+    if ns.emu_model_backend not in (None, "transformers"):
+        parser.error("--emu-model-backend: choose from transformers")
     if ns.emu_physics is not None:
         from sglang_emulator.physics import PROFILES
 

@@ -42,6 +42,7 @@ def server_args(emu: Emulator) -> dict[str, Any]:
     key is reported in plaintext (``admin_api_key`` is not); ``--emu-*`` flags are not."""
     a = emu.args
     skip = {"api_key", "admin_api_key", "model_path", "tokenizer_path"}
+    spec = emu.speculator.settings.server_fields() if emu.speculator is not None else {}
     flags = {
         k: v
         for k, v in vars(a.ns).items()
@@ -64,6 +65,8 @@ def server_args(emu: Emulator) -> dict[str, Any]:
         if a.chunked_prefill_size is not None
         else 8192,
         "hicache_ratio": a.hicache_ratio if a.hicache_ratio is not None else 2.0,
+        "max_running_requests": emu.max_running_requests,
+        **spec,
         "random_seed": emu.seed,
         "api_key": a.api_key,
         "admin_api_key": None,
@@ -74,7 +77,8 @@ def server_info(emu: Emulator) -> dict[str, Any]:
     """``/server_info``: the server args, limits and per-rank internal states."""
     args = server_args(emu)
     limits = emu.limits
-    per_dp = emu.pool.slots or emu.args.max_running_requests or 4096
+    per_dp = emu.pool.slots or emu.max_running_requests or 4096
+    spec = emu.speculator.internal_state() if emu.speculator is not None else {}
     internal = {
         **args,
         "last_gen_throughput": 0.0,
@@ -85,6 +89,7 @@ def server_info(emu: Emulator) -> dict[str, Any]:
             "graph": 0.0,
         },
         "effective_max_running_requests_per_dp": per_dp,
+        **spec,
     }
     info = {
         **args,

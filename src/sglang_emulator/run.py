@@ -19,6 +19,7 @@ from aiohttp import web
 
 from sglang_emulator.args import EmulatorArgs, parse_args
 from sglang_emulator.server import Emulator, log
+from sglang_emulator.speculating import SpeculationArgsError
 from sglang_emulator.vocab import Vocab
 
 _SHARDS = 64
@@ -86,7 +87,16 @@ async def serve(args: EmulatorArgs, vocab: Vocab) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    emulator = Emulator(args, vocab)
+    try:
+        if args.emu_model_backend:  # a real model (torch): imported only when asked for
+            from sglang_emulator.model_backend import ModelEmulator
+
+            emulator: Emulator = ModelEmulator(args, vocab)
+        else:
+            emulator = Emulator(args, vocab)
+    except SpeculationArgsError as e:  # SGLang fails here too (loading the draft, or its args)
+        log(f"ERROR: {e}", err=True)
+        return 1
     gc.freeze()  # startup objects (vocab tables, caches) never need scanning again
     code = await _load_phase(args, stop)
     if code is not None:

@@ -47,6 +47,13 @@ from sglang_emulator.protocol import (
     truncate,
 )
 from sglang_emulator.scheduler import PhysicsScheduler
+from sglang_emulator.speculating import (
+    SPEC_MAX_RUNNING_REQUESTS,
+    Speculator,
+    parse_profile,
+    request_seed,
+    resolve_settings,
+)
 from sglang_emulator.vocab import Vocab
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -104,9 +111,13 @@ class Emulator:
             args.random_seed if args.random_seed is not None else random.randint(0, 1 << 30)
         )
         self.latency = LatencyModel(args.emu_prefill_tokens_per_s, args.emu_decode_ms_per_token)
-        slots = args.emu_running_slots or args.max_running_requests or None
+        self.speculator = self._speculator(args, vocab)
+        self.max_running_requests = args.max_running_requests or (
+            SPEC_MAX_RUNNING_REQUESTS if self.speculator is not None else None
+        )
+        slots = args.emu_running_slots or self.max_running_requests or None
         if profile is not None:
-            slots = args.max_running_requests or profile.max_running_requests
+            slots = self.max_running_requests or profile.max_running_requests
         self.stats = Stats(slots)
         self.pool = SlotPool(slots, self.stats)
         # --emu-physics: SGLang's scheduler loop instead of the slot pool (scheduler.py).
@@ -142,6 +153,16 @@ class Emulator:
         self.observed = (
             Observed(load_catalogue(), self.served_model_name) if args.enable_metrics else None
         )
+
+    @staticmethod
+    def _speculator(args: EmulatorArgs, vocab: Vocab) -> Speculator | None:
+        """``--speculative-*`` resolved (SpeculationArgsError when it cannot be served)."""
+        architectures = vocab.meta.architectures or [""]
+        settings = resolve_settings(args.ns, architectures[0])
+        if settings is None:
+            return None
+        profile = parse_profile(args.emu_accept_length, args.emu_accept_probs, settings.num_steps)
+        return Speculator(settings, profile)
 
     # ----- app -----
 
@@ -349,6 +370,9 @@ class Emulator:
         meta = meta_info(item, result.output_ids, result.finish_reason, cached)
         meta["num_retractions"] = retractions
         meta["e2e_latency"] = time.monotonic() - t0
+        if self.speculator is not None:  # after e2e_latency, as tokenizer_manager.py adds them
+            seed = request_seed(item.digest, item.seed)
+            meta.update(self.speculator.simulate(n_out, seed, retractions))
         meta["response_sent_to_client_ts"] = time.time()
         return {"text": result.text, "output_ids": result.output_ids, "meta_info": meta}
 

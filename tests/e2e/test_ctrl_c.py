@@ -125,7 +125,8 @@ def test_signal_to_the_command_alone_cancels_and_the_rerun_is_exact(
     runs = prefect_server.post("/flow_runs/filter", query)
     [run] = runs
     assert run["state_type"] == "CANCELLED", run["state"]
-    assert run["state"]["message"] == f"cancelled by stopped by {signum.name}"
+    # The run's own words: what had completed and what a rerun finishes.
+    assert run["state"]["message"].startswith("stopped before it finished: "), run["state"]
     subs = prefect_server.post(
         "/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [run["id"]]}}}
     )

@@ -118,8 +118,8 @@ def test_deployments_have_a_paused_schedule_and_a_real_form(
 ) -> None:
     deps = {d["name"]: d for d in prefect_server.post("/deployments/filter")}
     # README's commands, run as written on a fresh server, make the deployments it names.
-    assert set(deps) == {"kimi-k2.5", "demo", "partition-job", "kimi-k2.5-fanout"}
-    assert "makes four deployments" in " ".join((REPO / "README.md").read_text().split())
+    assert set(deps) == {"kimi-k2.5", "demo", "partition-job", "kimi-k2.5-fanout", "kimi-k2.5-eval"}
+    assert "makes five deployments" in " ".join((REPO / "README.md").read_text().split())
     kimi = deps["kimi-k2.5"]
     assert kimi["work_pool_name"] == "gpu-process"
     assert kimi["entrypoint"] == "flows/pipeline.py:datagen"

@@ -41,27 +41,30 @@ def test_failures_reads_the_local_database_a_run_left(tmp_path: Path) -> None:
         f"database {home / 'prefect.db'} does not exist (no run without PREFECT_API_URL was made "
         "here)"
     )
-    # A run without PREFECT_API_URL records into that database ...
+    # A run without PREFECT_API_URL records into that database (a run that fails in the flow:
+    # its server is not there; a missing input would fail before Prefect starts) ...
     config = demo_config(tmp_path / "out").model_dump(mode="json")
-    config["partitions"][0]["input"] = str(tmp_path / "missing.jsonl")
+    config["server"]["startup_timeout_s"] = 2
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
-    run = _cli(home, "run", str(tmp_path / "run.yaml"))
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    run = _cli(home, "run", str(tmp_path / "run.yaml"), "--server-url", dead)
     assert run.returncode == 1, run.stderr[-3000:]
     # The terminal: no traceback; the last line is the reason and where the tracebacks are.
     lines = run.stderr.splitlines()
     assert not [line for line in lines if "Traceback" in line or line.startswith("  File ")]
-    assert lines[-1].startswith(
-        f"eagle3-datagen: run failed: {tmp_path / 'missing.jsonl'}: input file not found for "
-        "partition 'demo_short' (log: prefect flow-run logs "
-    ), lines[-3:]
-    # ... and `failures` reads it back: the run, its reason; no traceback, no "database is
-    # locked" (Prefect's telemetry on the same database).
+    reason = f"server at {dead} not healthy after 2 s"
+    assert lines[-1].startswith(f"eagle3-datagen: run failed: {reason}"), lines[-3:]
+    assert "(log: prefect flow-run logs " in lines[-1], lines[-3:]
+    # ... and `failures` reads it back: which database, the run, its reason; no traceback, no
+    # "database is locked" (Prefect's telemetry on the same database).
     out = _cli(home, "failures")
     assert out.returncode == 0, out.stderr[-3000:]
-    head = out.stdout.splitlines()[0]
-    assert head.endswith(
-        f"FAILED: {tmp_path / 'missing.jsonl'}: input file not found for partition 'demo_short'"
-    ), out.stdout
+    where = f"Prefect's local database {home / 'prefect.db'} (PREFECT_API_URL is not set)"
+    read, head = out.stdout.splitlines()[:2]
+    assert read == f"read from {where}", out.stdout
+    assert f"FAILED: {reason}" in head, out.stdout
+    # Its wait is said before it starts.
+    assert out.stderr.startswith(f"eagle3-datagen: using {where} through Prefect's temporary")
     assert "Traceback" not in out.stderr and "database is locked" not in out.stderr, out.stderr
 
 

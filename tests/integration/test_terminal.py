@@ -1,6 +1,7 @@
 """What a person at the terminal sees when batches fail: one line per retry and failure, the
-run's reason as the last line, no traceback; the tracebacks are in the flow run's log on the
-Prefect API (a run that fails before its server: ``test_local_prefect.py``).
+run's reason as the last line, no traceback; the flow run's log on the Prefect API says the
+same, one ERROR line per failed batch, its traceback at DEBUG only (a run that fails before its
+server: ``test_local_prefect.py``).
 
 The CLI runs as a child process against Prefect's real local backend; the failing server is a
 real emulator process that answers every /generate with HTTP 500.
@@ -13,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -27,7 +29,7 @@ from tests.support.pipeline import CliRun
 pytestmark = [pytest.mark.usefixtures("prefect_backend"), pytest.mark.slow]
 
 
-async def _logs(run_id: str) -> list[str]:
+async def _logs(run_id: str) -> list[Any]:
     """The log of the flow run and of its subflows (and their tasks), from the API."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
@@ -48,7 +50,7 @@ async def _logs(run_id: str) -> list[str]:
         logs = await client.read_logs(
             log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids))
         )
-    return [log.message for log in logs]
+    return list(logs)
 
 
 def _run(tmp_path: Path, config: dict[str, Any], *args: str) -> tuple[int, list[str]]:
@@ -87,9 +89,14 @@ def test_failed_batches_read_as_one_line_each(tmp_path: Path) -> None:
         "eagle3-datagen: run failed: 1 of 1 partitions failed (demo_short): 4 of 4 batches of "
         "partition demo_short failed"
     ), lines[-1]
-    logs = asyncio.run(_logs(_log_id(lines[-1])))
+    records = asyncio.run(_logs(_log_id(lines[-1])))
+    logs = [r.message for r in records]
     exhausted = [m for m in logs if "Retries are exhausted" in m]
-    assert len(exhausted) == 4 and all("Traceback" in m for m in exhausted), exhausted
+    assert len(exhausted) == 4 and not any("Traceback" in m for m in exhausted), exhausted
+    assert not [m for m in logs if "Traceback" in m]
+    # Each failed batch task: one ERROR line, its cause in it.
+    errors = Counter(r.task_run_id for r in records if r.task_run_id and r.level >= 40)
+    assert sorted(errors.values()) == [1, 1, 1, 1], [(r.level, r.message) for r in records]
 
     # `failures` names the same run's four batches.
     from prefect.settings import PREFECT_API_URL

@@ -203,3 +203,47 @@ def test_cli_validate_exit_status(
 
     assert main(["validate", str(tmp_path / "nothing")]) == 2
     assert f"{tmp_path / 'nothing' / 'manifest.json'}: no manifest" in capsys.readouterr().err
+
+
+def test_spec_fields_that_disagree_with_the_output_are_invalid(
+    tmp_path: Path, tk: Tok, fp: dict[str, Any]
+) -> None:
+    out = tk.output()  # several tokens: one from prefill, the rest from 2 verify steps
+    spec: dict[str, Any] = {
+        "spec_verify_ct": 2,
+        "spec_num_correct_drafts": 1,
+        "spec_num_proposed_drafts": 6,
+        "spec_accept_length": len(out) / 2,
+        "spec_accept_rate": 1 / 6,
+        "spec_correct_drafts_histogram": [1, 1],
+    }
+    parts = good(tk)
+    parts["p1"].append(
+        Batch(
+            [
+                tk.record("spec-ok", "p1", out, line=7, **spec),
+                tk.record("spec-bad", "p1", out, line=8, **{**spec, "spec_verify_ct": 3}),
+            ]
+        )
+    )
+    write_dataset(tmp_path, fp, parts)
+    p1 = part(validate_dataset(tmp_path), "p1")
+    assert dict(p1.invalid_by_reason) == {"spec_fields": 1}
+    assert any("(id 'spec-bad'" in e for e in p1.examples)
+
+
+def test_a_dataset_written_before_the_spec_columns_validates(
+    tmp_path: Path, tk: Tok, fp: dict[str, Any]
+) -> None:
+    import pyarrow.parquet as pq
+
+    from eagle3_datagen.write.records import SPEC_COLUMNS
+
+    write_dataset(tmp_path, fp, good(tk))
+    for path in tmp_path.glob("p*/part-*.parquet"):
+        table = pq.read_table(path)
+        old = table.drop_columns([*SPEC_COLUMNS, "has_tools"])
+        pq.write_table(old.replace_schema_metadata(table.schema.metadata), path)
+    report = validate_dataset(tmp_path)
+    assert report.ok, "\n".join(report.lines())
+    assert report.records == 5

@@ -224,7 +224,15 @@ def test_validation_holds_out_whole_conversations(
     after a shuffle and drops primary_id, so the export decides)."""
     root = tmp_path / "data"
     records = [
-        tk.record(f"c{c}#s{s}#t{t}", "p1", line=c + 1, conversation_id=f"c{c}", turn=t, sample=s)
+        tk.record(
+            f"c{c}#s{s}#t{t}",
+            "p1",
+            line=c + 1,
+            conversation_id=f"c{c}",
+            turn=t,
+            sample=s,
+            prompt_ids=[*tk.prompt(), 50 + c],  # one prompt per conversation: none repeats
+        )
         for c in range(12)
         for s in range(2)
         for t in range(2)

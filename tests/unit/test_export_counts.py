@@ -33,6 +33,8 @@ def dataset(tmp_path: Path, chat_tokenizer: ChatTokenizer) -> Path:
         tk.record("c", "p1", tk.truncated_output(11), finish="length", line=3),
         tk.record("d", "p1", tk.truncated_output(13), line=4),
     ]
+    for i, rec in enumerate(text):  # one prompt each, of the same length: none repeats
+        rec.prompt_ids = [20 + i, *rec.prompt_ids[1:]]
     images = [
         tk.record("i1", "imgs", tk.truncated_output(6), line=1, images=[image]),
         tk.record("i2", "imgs", tk.truncated_output(15), line=2, images=[image]),

@@ -41,6 +41,18 @@ def test_sizes_count_lines_as_the_planner_does(tmp_path: Path) -> None:
     assert check.ids.think_end == check.tokenizer.token_id("</think>")
 
 
+def test_a_count_is_read_once_until_the_file_changes(tmp_path: Path) -> None:
+    """The command line and the flow both count: once per file as it is, again once changed."""
+    path = tmp_path / "a.jsonl"
+    path.write_text("{}\n{}\n")
+    assert count_input_lines(path) == 2
+    with path.open("a") as fh:
+        fh.write("{}\n")
+    assert count_input_lines(path) == 3
+    path.write_text("{}\n")  # another file under the same name, shorter
+    assert count_input_lines(path) == 1
+
+
 def test_every_unusable_input_is_named_before_the_server(tmp_path: Path) -> None:
     (tmp_path / "ok.jsonl").write_text("{}\n")
     (tmp_path / "dir.jsonl").mkdir()

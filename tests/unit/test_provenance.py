@@ -73,6 +73,25 @@ def test_a_relaunched_server_keeps_the_fingerprint(
     assert again["run"]["server_args"]["random_seed"] == 864264807  # still recorded
 
 
+def test_lossless_speculation_keeps_the_fingerprint(
+    chat_tokenizer: ChatTokenizer, tokenizer_dir: Path
+) -> None:
+    """Speculation the pre-flight lets through leaves the distribution: same content, and the
+    settings are in the run's record."""
+    first = _fingerprint(chat_tokenizer, tokenizer_dir)
+    spec = {
+        "speculative_algorithm": "EAGLE3",
+        "speculative_draft_model_path": "/drafts/k25-eagle3",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+    }
+    speculating = _fingerprint(chat_tokenizer, tokenizer_dir, **spec)
+    assert speculating["content_sha256"] == first["content_sha256"]
+    assert speculating["content"]["server"]["speculative_algorithm"] is None  # as before
+    assert speculating["run"]["server_args"]["speculative_num_steps"] == 3
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

@@ -27,6 +27,7 @@ from eagle3_datagen.config.server import (
     REASONING_PARSER_FLAG,
     AutoConcurrency,
     ServerSpec,
+    SpeculativeSpec,
     names_reasoning_parser,
 )
 from eagle3_datagen.errors import ConfigError
@@ -48,6 +49,7 @@ __all__ = [
     "Sampling",
     "ServerSpec",
     "SpecialTokens",
+    "SpeculativeSpec",
     "ThroughputAlarm",
     "Tier",
     "ToolCallTokens",

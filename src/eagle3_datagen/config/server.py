@@ -46,6 +46,50 @@ class AutoConcurrency(StrictModel):
     )
 
 
+class SpeculativeSpec(StrictModel):
+    """Launch the server speculating with an EAGLE-3 draft, to measure the draft's acceptance
+    on the data as it is generated (docs/acceptance.md). Lossless: the tokens keep the
+    target's distribution, so it is not part of the fingerprint's content."""
+
+    algorithm: Literal["EAGLE3", "EAGLE"] = Field(
+        default="EAGLE3", title="Algorithm", description="--speculative-algorithm."
+    )
+    draft_model_path: str = Field(
+        title="Draft model path",
+        description="--speculative-draft-model-path: the draft checkpoint directory (checked "
+        "before launch: readable, and its vocabulary and hidden size fit the target's).",
+    )
+    num_steps: int = Field(
+        default=3, ge=1, title="Draft steps", description="--speculative-num-steps."
+    )
+    eagle_topk: int = Field(
+        default=1, ge=1, title="Draft top-k", description="--speculative-eagle-topk."
+    )
+    num_draft_tokens: int | None = Field(
+        default=None,
+        ge=2,
+        title="Draft tokens",
+        description="--speculative-num-draft-tokens; None: num_steps + 1, which SGLang forces "
+        "under eagle_topk 1.",
+    )
+
+    @model_validator(mode="after")
+    def _chain_tokens(self) -> SpeculativeSpec:
+        if self.eagle_topk == 1 and self.num_draft_tokens not in (None, self.num_steps + 1):
+            raise ValueError(
+                f"server.speculative.num_draft_tokens {self.num_draft_tokens}: with eagle_topk "
+                f"1 SGLang makes it num_steps + 1 = {self.num_steps + 1}; leave it unset"
+            )
+        return self
+
+    @property
+    def draft_tokens(self) -> int:
+        """The resolved ``--speculative-num-draft-tokens``."""
+        if self.num_draft_tokens is None or self.eagle_topk == 1:
+            return self.num_steps + 1
+        return self.num_draft_tokens
+
+
 class ServerSpec(StrictModel):
     """The SGLang server: launched by the run (and stopped with it) or attached to by URL."""
 
@@ -115,6 +159,12 @@ class ServerSpec(StrictModel):
         title="Context length",
         default=None,
         description="--context-length; None takes the model's config.",
+    )
+    speculative: SpeculativeSpec | None = Field(
+        title="Speculative decoding",
+        default=None,
+        description="Launch mode: speculate with a draft model and record its acceptance per "
+        "request (attach mode reads the server's own settings from /server_info). None: off.",
     )
     extra_args: list[str] = Field(
         title="Extra launch flags",

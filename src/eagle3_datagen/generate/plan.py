@@ -12,7 +12,7 @@ from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.inputs.scan import InputInfo, scan_input
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
-from eagle3_datagen.write.resume import ReusePool, prepare_partition
+from eagle3_datagen.write.resume import ReusePool, done_lines, prepare_partition
 from eagle3_datagen.write.shards import PartitionOutput
 
 
@@ -28,6 +28,7 @@ class PartitionPlan:
     input: InputInfo  # path, size, SHA-256 and line count of the input, for the manifest
     reuse: ReusePool  # earlier results of prompts whose batch was superseded
     superseded: list[int]  # indexes of committed batches that no longer match the input
+    done_lines: int  # lines of batches earlier runs committed from the input as it is now
 
     @property
     def total_lines(self) -> int:
@@ -54,9 +55,8 @@ def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
     tier = config.tier(part.tier)
     tokenizer = load_tokenizer(config)
     scan = scan_input(partition, part.input, config.batch_size)
-    reuse, superseded = prepare_partition(
-        PartitionOutput(config.output_dir, partition), scan.batches, scan.info
-    )
+    output = PartitionOutput(config.output_dir, partition)
+    reuse, superseded = prepare_partition(output, scan.batches, scan.info)
     return PartitionPlan(
         tokenizer=tokenizer,
         ids=TokenIds.resolve(tokenizer, config.special_tokens),
@@ -67,4 +67,5 @@ def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
         input=scan.info,
         reuse=reuse,
         superseded=superseded,
+        done_lines=done_lines(output, scan.batches),
     )

@@ -59,4 +59,5 @@ async def send_turn(
         where = f"partition {partition.name}, line {prompt.line}"
         raise BatchFailed(f"{where}: {err}") from err
     runner.progress.output_tokens += len(result.output_ids)
+    runner.progress.speculated(result.spec)
     return result, None

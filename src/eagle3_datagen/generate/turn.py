@@ -16,7 +16,7 @@ from eagle3_datagen.inputs.prompts import Prompt
 from eagle3_datagen.sglang.client import GenerateResult
 from eagle3_datagen.validate.tokens import ToolCallCheck, Verdict, validate_output
 from eagle3_datagen.write.journal import prompt_key
-from eagle3_datagen.write.records import Record, Reject
+from eagle3_datagen.write.records import Record, Reject, spec_columns
 
 if TYPE_CHECKING:
     from eagle3_datagen.generate.batch import PartitionRunner
@@ -112,6 +112,8 @@ def accepted_record(
         sampling=sampling_columns(sampling),
         model_prompt_ids=media.expanded if media else None,
         images=media.columns() if media else None,
+        has_tools=bool(prompt.tools),
+        **spec_columns(result.spec),
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from eagle3_datagen.report.acceptance import Acceptance, acceptance_markdown, read_acceptance
 from eagle3_datagen.write.manifest import summarize_on_disk
 from eagle3_datagen.write.shards import PartitionOutput
 
@@ -98,6 +99,9 @@ class PartitionPicture:
     image_records: int = 0
     images: int = 0
     image_tokens: int = 0
+    # A speculating server's acceptance over the partition (report/acceptance.py); None when
+    # the data has no spec fields.
+    acceptance: Acceptance | None = None
 
     @property
     def truncation_rate(self) -> float:
@@ -128,6 +132,7 @@ class PartitionPicture:
             "image_records": self.image_records,
             "images": self.images,
             "image_tokens": self.image_tokens,
+            **({"acceptance": self.acceptance.to_dict()} if self.acceptance else {}),
         }
 
 
@@ -138,7 +143,8 @@ def partition_picture(root: str | Path, partition: str) -> PartitionPicture:
     thinking = Distribution("thinking length (tokens before `</think>`)")
     truncated = 0
     images = [0, 0, 0]  # records with images, images, image tokens
-    for path in PartitionOutput(root, partition).shard_paths():
+    paths = PartitionOutput(root, partition).shard_paths()
+    for path in paths:
         _count_images(path, images)
         table = pq.read_table(path, columns=_COLUMNS)
         prompt.values.extend(table["prompt_tokens"].to_pylist())
@@ -164,6 +170,7 @@ def partition_picture(root: str | Path, partition: str) -> PartitionPicture:
         image_records=images[0],
         images=images[1],
         image_tokens=images[2],
+        acceptance=read_acceptance(paths),
     )
 
 
@@ -244,13 +251,18 @@ def picture_markdown(picture: PartitionPicture, heading: str = "#") -> str:
         parts.insert(2, images)
     for dist in (picture.output, picture.thinking, picture.prompt):
         parts.append(f"**{dist.name}**\n\n```text\n{dist.histogram()}\n```")
+    if picture.acceptance is not None:
+        slices = ("turn", "tools", "images", "output_length")
+        parts.append(acceptance_markdown(picture.acceptance, heading + "#", slices).rstrip())
     return "\n\n".join(parts) + "\n"
 
 
 def picture_description(picture: PartitionPicture) -> str:
     o = picture.output.stats()
-    return (
+    text = (
         f"{picture.partition}: {picture.accepted} records, output p50 {o['p50']:.0f} / p90 "
         f"{o['p90']:.0f} tokens, truncated {picture.truncation_rate:.1%}, rejected "
         f"{picture.reject_rate:.1%}"
     )
+    length = picture.acceptance.overall.accept_length if picture.acceptance else None
+    return text if length is None else f"{text}, accept length {length:.2f}"

@@ -23,13 +23,14 @@ from typing import Any
 import yaml
 
 from eagle3_datagen.provenance import EMULATOR, recorded_server_kind
+from eagle3_datagen.report.acceptance import acceptance_markdown, read_acceptance
 from eagle3_datagen.report.data_picture import (
     PartitionPicture,
     partition_picture,
     picture_markdown,
 )
 from eagle3_datagen.write.records import RECORD_SCHEMA
-from eagle3_datagen.write.shards import atomic_write_bytes
+from eagle3_datagen.write.shards import PartitionOutput, atomic_write_bytes
 
 CARD = "README.md"
 
@@ -61,6 +62,18 @@ COLUMNS: dict[str, str] = {
     "the image's tokens, the ids the model saw (`prompt_tokens` counts them); null for text",
     "images": "image prompts: list of struct ref, sha256, width, height, format, tokens, in "
     "placeholder order (`docs/images.md`); null for text",
+    "has_tools": "the prompt declared tools (null in data written before this column)",
+    "spec_verify_ct": "speculating server: verify steps of the request; null when the server "
+    "sent no speculative fields (it does not speculate), never 0",
+    "spec_num_correct_drafts": "speculating server: draft tokens accepted (bonus tokens "
+    "excluded); null as above",
+    "spec_num_proposed_drafts": "speculating server: `spec_verify_ct * (draft tokens - 1)`; "
+    "null as above",
+    "spec_accept_length": "speculating server: `completion_tokens / spec_verify_ct`, SGLang's "
+    "per-request figure; null as above",
+    "spec_accept_rate": "speculating server: correct / proposed drafts; null as above",
+    "spec_correct_drafts_histogram": "speculating server: list<int32>, verify steps by number of "
+    "drafts accepted; null as above",
 }
 
 
@@ -154,6 +167,7 @@ def _provenance(manifest: dict[str, Any]) -> str:
         ("chat template kwargs", content.get("chat_template_kwargs") or "{}"),
         ("sampling", ", ".join(f"{k}={v}" for k, v in sampling.items() if v is not None)),
         ("server settings that change tokens", ", ".join(f"{k}={v}" for k, v in server.items())),
+        ("speculative decoding (lossless)", _speculation(run.get("server_args") or {})),
         ("SGLang", None if emulated else run.get("sglang_version")),
         ("eagle3-datagen", run.get("pipeline_version")),
         ("fingerprint (content sha256)", fingerprint.get("content_sha256")),
@@ -167,6 +181,14 @@ def _provenance(manifest: dict[str, Any]) -> str:
         )
     lines += [f"| {k} | `{v}` |" for k, v in rows if v not in (None, "")]
     return "\n".join(lines)
+
+
+def _speculation(server_args: dict[str, Any]) -> str | None:
+    """The run's speculative settings in one line; None when it did not speculate."""
+    if not server_args.get("speculative_algorithm"):
+        return None
+    keys = ("algorithm", "draft_model_path", "num_steps", "eagle_topk", "num_draft_tokens")
+    return ", ".join(f"{k}={server_args.get('speculative_' + k)}" for k in keys)
 
 
 def _columns() -> str:
@@ -190,6 +212,15 @@ def _counts(pictures: list[PartitionPicture], manifest: dict[str, Any]) -> str:
             f"{p.rejected} | {p.truncated} ({p.truncation_rate:.1%}) | {tokens} |"
         )
     return "\n".join(lines)
+
+
+def _acceptance(output_dir: str | Path, names: list[str]) -> list[str]:
+    """The card's acceptance section, over every partition; none without spec fields."""
+    paths = [p for name in names for p in PartitionOutput(output_dir, name).shard_paths()]
+    acc = read_acceptance(paths)
+    if acc is None:
+        return []
+    return [acceptance_markdown(acc, heading="##").rstrip()]
 
 
 def card_text(
@@ -224,6 +255,7 @@ def card_text(
         _provenance(manifest),
         "## Counts",
         _counts(pictures, manifest),
+        *_acceptance(output_dir, names),
         "## What the data looks like",
         *(picture_markdown(p, heading="###") for p in pictures),
     ]

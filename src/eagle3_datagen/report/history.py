@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from eagle3_datagen.report.acceptance import read_acceptance, summary_dict
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
 
@@ -38,6 +39,8 @@ COLUMNS: list[tuple[str, str]] = [
     ("output_p90", "out p90"),
     ("wall", "wall"),
 ]
+# Shown only when some run's partition had a speculating server.
+SPEC_COLUMN = ("spec_accept_length", "accept len")
 
 
 def _pct(values: list[int], q: float) -> int | None:
@@ -79,6 +82,20 @@ def partition_numbers(output_dir: str | Path, name: str, meter: RunMeter) -> dic
         "wall_s": round(progress.elapsed(), 3),
         "output_p50": _pct(lengths, 0.5),
         "output_p90": _pct(lengths, 0.9),
+        **_acceptance(out, progress.committed),
+    }
+
+
+def _acceptance(out: PartitionOutput, committed: list[int]) -> dict[str, Any]:
+    """Acceptance over the batches this run committed, with its slices; nothing when their
+    records have no spec fields."""
+    paths = [p for p in map(out.shard_path, sorted(committed)) if p.exists()]
+    acc = read_acceptance(paths)
+    if acc is None:
+        return {}
+    return {
+        "spec_accept_length": summary_dict(acc.overall)["accept_length"],
+        "acceptance": acc.to_dict(),
     }
 
 
@@ -176,6 +193,10 @@ def history_rows(
     """One row per run and partition, oldest first, formatted for a table; of a retried run,
     only its final attempt unless ``all_attempts``."""
     wanted = set(partitions) if partitions else None
+    entries = list(entries)
+    speculated = any(
+        "spec_accept_length" in p for e in entries for p in (e.get("partitions") or {}).values()
+    )
     rows = []
     for entry in sorted(
         entries if all_attempts else final_attempts(entries),
@@ -200,6 +221,9 @@ def history_rows(
                     "wall": _fmt_wall(p.get("wall_s")),
                 }
             )
+            if speculated:
+                length = p.get("spec_accept_length")
+                rows[-1]["spec_accept_length"] = "-" if length is None else f"{length:.2f}"
     return rows
 
 
@@ -207,7 +231,8 @@ def history_text(rows: list[dict[str, Any]]) -> str:
     """The rows as an aligned plain-text table (the CLI's output)."""
     if not rows:
         return "no runs recorded"
-    cells = [[h for _, h in COLUMNS]] + [[str(r[k]) for k, _ in COLUMNS] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    columns = [*COLUMNS, SPEC_COLUMN] if SPEC_COLUMN[0] in rows[0] else COLUMNS
+    cells = [[h for _, h in columns]] + [[str(r[k]) for k, _ in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(line.rstrip() for line in lines)

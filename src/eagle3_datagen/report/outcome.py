@@ -14,6 +14,7 @@ from typing import Any
 from eagle3_datagen.errors import DatagenError, RunFailed
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import (
+    REUSED,
     failed_partition_entry,
     partition_status,
     run_failure_message,
@@ -35,14 +36,22 @@ class RunOutcome:
         # The first fault no retry can fix (a server lost for good, a full disk...): it stopped
         # every partition.
         self.stop: DatagenError | None = None
+        self.reused: set[str] = set()  # completed by an earlier attempt of a retried run
 
     def started(self) -> None:
-        self.states.update({name: "running" for name in self.names})
+        self.states.update({name: "running" for name in self.names if name not in self.reused})
 
     def partition_completed(self, name: str, summary: dict[str, Any]) -> None:
         self.completed.add(name)
         self.results[name] = {**summary, "status": "completed"}
         self.states[name] = "completed"
+
+    def partition_reused(self, name: str, on_disk: dict[str, Any]) -> None:
+        """An earlier attempt of this run completed ``name`` and its data is on disk: it counts
+        as completed, and every table says it was reused (no numbers of this attempt)."""
+        self.partition_completed(name, on_disk)
+        self.reused.add(name)
+        self.states[name] = REUSED
 
     def partition_failed(
         self, name: str, state_type: str, reason: str, message: str | None
@@ -66,6 +75,16 @@ class RunOutcome:
             if name not in self.completed:
                 self.errors.setdefault(name, stopped_reason(err, cancelled=cancelled))
 
+    def cancelled_message(self) -> str:
+        """A stopped run's state message: which partitions had completed, what a rerun does."""
+        done = [name for name in self.names if name in self.completed]
+        left = [name for name in self.names if name not in self.completed]
+        finished = f" ({', '.join(done)})" if done else ""
+        return (
+            f"stopped before it finished: {len(done)} of {len(self.names)} partitions "
+            f"completed{finished}; a rerun finishes {', '.join(left)}"
+        )
+
     def manifest_failure_is_consequence(self) -> bool:
         """Whether a manifest that cannot be written is only a consequence (logged, a rerun
         rewrites it) rather than the run's reason: a full disk fails a shard first, and that
@@ -85,7 +104,7 @@ class RunOutcome:
         self, output_dir: str, meter: RunMeter, failed_batches: dict[str, tuple[int, str]]
     ) -> list[dict[str, Any]]:
         return summary_rows(
-            output_dir, self.names, self.completed, self.errors, meter, failed_batches
+            output_dir, self.names, self.completed, self.errors, meter, failed_batches, self.reused
         )
 
     def failure(self) -> DatagenError | None:

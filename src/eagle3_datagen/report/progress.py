@@ -72,6 +72,9 @@ class Progress:
     # When a request last finished in this run (None: none yet), and retries since then.
     _last_line_at: float | None = None
     _retries_since_line: int = 0
+    # A speculating server's counters over this run's responses (report/acceptance.py).
+    spec_verify_ct: int = 0
+    spec_correct_drafts: int = 0
 
     def __post_init__(self) -> None:
         if math.isnan(self.started):
@@ -125,6 +128,18 @@ class Progress:
         """The attempt at batch ``index`` failed: its lines are not done (a retry redoes them)."""
         self._open.pop(index, None)
 
+    def speculated(self, spec: dict[str, Any] | None) -> None:
+        """A response's speculative fields (None: it had none) join this run's counters."""
+        if spec is not None:
+            self.spec_verify_ct += spec.get("spec_verify_ct") or 0
+            self.spec_correct_drafts += spec.get("spec_num_correct_drafts") or 0
+
+    def accept_length(self) -> float | None:
+        """Accepted drafts + 1 per verify step over this run (SGLang's server-wide formula);
+        None when no response had a verify step."""
+        verify = self.spec_verify_ct
+        return (self.spec_correct_drafts + verify) / verify if verify else None
+
     def retry(self) -> None:
         """A request failed and is being retried (a timeout, a 5xx, a lost connection)."""
         self.errors += 1
@@ -161,10 +176,12 @@ class Progress:
         done = self.done
         generated = done - self.skipped_lines
         avg = self.output_tokens / generated if generated else 0.0
-        return (
+        text = (
             f"{done}/{self.total_lines or '?'} ({self.errors} err) {self.lines_per_s():.1f} req/s "
             f"avg_comp={avg:.0f}tok {self.tok_s_shown():.0f} tok/s ETA={self.eta()}"
         )
+        accept = self.accept_length()
+        return text if accept is None else f"{text} accept_len={accept:.2f}"
 
     def lines_per_s(self) -> float:
         """Lines settled per second in this run (earlier runs' batches not counted)."""
@@ -205,4 +222,11 @@ class Progress:
             "output_tokens": self.output_tokens,
             "wall_s": round(self.elapsed(), 1),
             "output_tok_s": self.tok_s_shown(),
+            **self._acceptance(),
         }
+
+    def _acceptance(self) -> dict[str, Any]:
+        accept = self.accept_length()
+        if accept is None:
+            return {}
+        return {"spec_accept_length": round(accept, 4), "spec_verify_ct": self.spec_verify_ct}

@@ -89,9 +89,13 @@ def summary_row(
         count, link = failed_batches
         label = f"{count} failed batch" + ("es" if count != 1 else "")
         text = f"[{label}]({link}): {text}" if text else f"[{label}]({link})"
+    # What an operator reads first (status, what is on disk, why not) leads; this run's
+    # numbers follow.
     return {
         "partition": name,
         "status": status,
+        "on_disk": on_disk_text(on_disk, input_lines) if on_disk is not None else "-",
+        "error": text,
         "input_lines": input_lines,
         "accepted": s.get("accepted", 0),
         "rejected": s.get("rejected", 0),
@@ -100,8 +104,6 @@ def summary_row(
         "output_tokens": s.get("output_tokens", 0),
         "tok_per_s": round(tok_s) if tok_s is not None else "-",
         "wall_time": format_duration(wall),
-        "on_disk": on_disk_text(on_disk, input_lines) if on_disk is not None else "-",
-        "error": text,
     }
 
 
@@ -112,11 +114,13 @@ def summary_rows(
     errors: dict[str, str],
     meter: RunMeter,
     failed_batches: dict[str, tuple[int, str]] | None = None,
+    reused: set[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The run summary table: one row per partition, this run's numbers and what is on disk."""
+    """The run summary table: one row per partition, this run's numbers and what is on disk;
+    a partition an earlier attempt completed reads ``reused``."""
     rows = []
     for name in names:
-        status = partition_status(name, completed, errors)
+        status = REUSED if name in (reused or set()) else partition_status(name, completed, errors)
         progress = meter.progress(name)
         this_run = progress.this_run() if progress is not None else None
         size = meter.sizes.get(name) or (progress.total_lines if progress is not None else 0)
@@ -135,16 +139,18 @@ def summary_rows(
 
 
 def partition_summary(output_dir: str, partition: str, progress: Progress | None) -> dict[str, Any]:
-    """A partition's totals from disk (every run), with this run's wall time and output rate."""
+    """A partition's totals from disk (every run), with this run's wall time, output rate and
+    the lines it kept from earlier runs (their batches were committed already)."""
     summary = summarize_on_disk(output_dir, partition)
     if progress is not None:
         summary["wall_s"] = round(progress.elapsed(), 1)
         summary["output_tok_s"] = progress.tok_s_shown()
+        summary["reused_lines"] = progress.skipped_lines
     return summary
 
 
 def summary_description(rows: list[dict[str, Any]], output_dir: str) -> str:
-    failed = [r["partition"] for r in rows if r["status"] not in ("completed", CANCELLED)]
+    failed = [r["partition"] for r in rows if r["status"] not in ("completed", REUSED, CANCELLED)]
     cancelled = [r["partition"] for r in rows if r["status"] == CANCELLED]
     accepted = sum(int(r["accepted"]) for r in rows)
     head = f"{len(rows)} partitions, {accepted} records accepted in this run, output {output_dir}"
@@ -199,6 +205,28 @@ def failed_partition_entry(name: str, state_type: str, message: str | None) -> d
 
 
 CANCELLED = "cancelled"
+# A partition an earlier attempt of a retried run completed: not run again.
+REUSED = "reused"
+
+
+def attempt_line(attempt: int) -> str:
+    """An attempt's first log line: the Logs tab shows all attempts of a retried run in one
+    stream, oldest first, so the latest one's start must be findable."""
+    if attempt <= 1:
+        return "attempt 1 of this run"
+    return (
+        f"attempt {attempt} of this run (a retry): the lines above this one are earlier "
+        "attempts'; this attempt's follow"
+    )
+
+
+def reused_line(partition: str, on_disk: dict[str, Any], sub_name: str) -> str:
+    """Why a retried run does not run a partition again."""
+    return (
+        f"{partition}: reused: completed by an earlier attempt ({sub_name}); on disk "
+        f"{int(on_disk.get('input_lines', 0))} lines: {on_disk.get('accepted', 0)} accepted, "
+        f"{on_disk.get('rejected', 0)} rejected"
+    )
 
 
 def stopped_reason(err: BaseException, *, cancelled: bool = False) -> str:
@@ -262,6 +290,25 @@ def failed_batches_description(partition: str, rows: list[dict[str, Any]], batch
         f"{partition}: {len(rows)} of {batches} batches failed after their retries; rerun the "
         "same command to generate only what is missing"
     )
+
+
+def run_failed_batches_description(rows: list[dict[str, Any]]) -> str:
+    """The parent's failed-batches table: how many, in which partitions, what to do."""
+    parts = sorted({str(r.get("partition", "")).split("]")[0].lstrip("[") for r in rows})
+    return (
+        f"{len(rows)} failed batches in this attempt ({', '.join(parts)}); each partition's "
+        "table is linked; rerun or retry to generate only what is missing"
+    )
+
+
+# How a description starts once a later attempt or run replaced what the artifact says.
+SUPERSEDED = "Superseded"
+
+
+def superseded_description(by: str, was: str) -> str:
+    """A failed-batches table that a later success replaced: who replaced it, and what it said."""
+    head = f"{SUPERSEDED} by {by}: all batches committed"
+    return f"{head}; was: {was}" if was else head
 
 
 RUN_PROGRESS_KEY = "datagen-progress"

@@ -32,6 +32,7 @@ from eagle3_datagen.errors import (
     RejectedRequestError,
     RetryableRequestError,
 )
+from eagle3_datagen.sglang.speculative import META_FIELDS
 
 # uvicorn (SGLang's HTTP server) closes idle connections after 5 s; reusing one it is closing
 # produces spurious "server disconnected" errors, so expire ours first.
@@ -58,6 +59,9 @@ class GenerateResult:
     e2e_latency: float | None
     # Times SGLang retracted it (its KV pool ran out; 0.5.23 reports it in meta_info).
     num_retractions: int = 0
+    # The speculative decoding fields of meta_info, as sent (speculative.META_FIELDS); None
+    # when there are none: the server does not speculate, or the request had no verify step.
+    spec: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, item: dict[str, Any]) -> GenerateResult:
@@ -77,6 +81,9 @@ class GenerateResult:
                 cached_tokens=int(meta.get("cached_tokens", 0)),
                 e2e_latency=meta.get("e2e_latency"),
                 num_retractions=int(meta.get("num_retractions") or 0),
+                spec={k: meta[k] for k in META_FIELDS if k in meta}
+                if "spec_verify_ct" in meta
+                else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise RetryableRequestError(f"malformed /generate response: {err!r}") from None

@@ -88,10 +88,30 @@ def build_launch_command(
         cmd.append("--enable-metrics")  # /metrics, read by concurrency: auto
     if not any(_flag_name(arg) == "--random-seed" for arg in server.extra_args):
         cmd += ["--random-seed", str(server.random_seed)]
+    cmd += speculative_flags(server)
     cmd += list(server.extra_args)
     if api_key:
         cmd += ["--api-key", api_key]
     return cmd
+
+
+def speculative_flags(server: ServerSpec) -> list[str]:
+    """``--speculative-*`` for ``server.speculative`` (none when it is off)."""
+    spec = server.speculative
+    if spec is None:
+        return []
+    return [
+        "--speculative-algorithm",
+        spec.algorithm,
+        "--speculative-draft-model-path",
+        spec.draft_model_path,
+        "--speculative-num-steps",
+        str(spec.num_steps),
+        "--speculative-eagle-topk",
+        str(spec.eagle_topk),
+        "--speculative-num-draft-tokens",
+        str(spec.draft_tokens),
+    ]
 
 
 def format_command(cmd: Sequence[str], secrets: Iterable[str] = ()) -> str:

@@ -7,6 +7,8 @@ What is checked, and why:
 - ``reasoning_parser`` must be unset: the contract is raw ``output_ids`` from a server launched
   without it (docs/contract.md), so a server with one is refused even though ``/generate``
   ignores it.
+- A speculating server must be lossless, and its draft (where readable here) must fit the
+  model (``spec_preflight.py``).
 - ``tp_size`` and the model/tokenizer paths are compared with the config (warnings only: an
   attached server may legitimately differ, e.g. a hub id versus a local snapshot).
 - One smoke ``/generate`` with ``input_ids`` and the run's own sampling parameters, under the
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,11 @@ from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.health import LogSink
 from eagle3_datagen.sglang.redact import is_secret_name, redact_text
 from eagle3_datagen.sglang.requests import generate_with_retries
+from eagle3_datagen.sglang.spec_preflight import (
+    check_attached_draft,
+    refuse_lossy,
+    speculation_line,
+)
 
 _default_log = logging.getLogger(__name__)
 
@@ -228,6 +236,7 @@ async def preflight(
     retries: RetryPolicy | None = None,
     logger: LogSink | None = None,
     api_key: str | None = None,
+    temperatures: Sequence[float] = (),
 ) -> ServerFacts:
     """Check the server against the config and learn its context length; see module doc.
 
@@ -236,6 +245,7 @@ async def preflight(
     or the smoke request runs out of ``retries``, or when its token counts are off.
     ``sampling`` and ``retries`` are the run's (the config's defaults when not given).
     ``api_key`` is the key ``client`` sends; it is scrubbed from the returned facts.
+    ``temperatures``: the partitions' sample temperatures (for the speculation check).
     The checks run in the order the module doc gives them.
     """
     sampling = sampling or Sampling()
@@ -249,6 +259,10 @@ async def preflight(
 
     server_info, model_info = await _query(client, api_key)
     _refuse_reasoning_parser(client, server_info, model_info)
+    refuse_lossy(client.base_url, server_info, server, sampling, temperatures)  # spec_preflight
+    check_attached_draft(server_info, model)
+    if (speculating := speculation_line(server_info)) is not None:
+        log.info("preflight: %s", speculating)
     for message in _mismatches(server_info, model_info, server=server, model=model):
         warn(message)
     context_length, source = await resolve_context_length(client, server_info, model_info)

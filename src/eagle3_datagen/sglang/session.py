@@ -28,6 +28,7 @@ from eagle3_datagen.sglang.orphans import reap_orphans
 from eagle3_datagen.sglang.pool import split_urls
 from eagle3_datagen.sglang.preflight import ServerFacts, preflight
 from eagle3_datagen.sglang.process import ServerProcess, server_state_dir
+from eagle3_datagen.sglang.spec_preflight import check_before_launch
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
 
 
@@ -124,6 +125,7 @@ class _Gate:
                 retries=self.config.retries,
                 logger=logger,
                 api_key=self.api_key,
+                temperatures=[t for p in self.config.partitions for t in p.temperatures or ()],
             )
 
     async def launch(self) -> ServerFacts:
@@ -131,6 +133,7 @@ class _Gate:
         if self.current is not None:
             await self.current.astop()
         config = self.config
+        check_before_launch(self.server, config.model)  # the draft, before minutes of loading
         self.current = current = ServerProcess.for_spec(
             self.server,
             config.model,
@@ -264,6 +267,7 @@ async def open_server(
             log_path=str(current.log_path) if current else None,
         )
     finally:
+        supervisor.stand_down()  # from here on the server is stopped on purpose, never lost
         if controller is not None:
             await controller.aclose()
         await supervisor.aclose()

@@ -71,6 +71,7 @@ class ServerSupervisor:
         self._available = asyncio.Event()
         self._available.set()
         self._recovery: asyncio.Task[None] | None = None
+        self.standing_down = False  # the run is ending: its server is stopped on purpose
 
     async def before_request(self) -> None:
         """Wait while the server is being recovered; raise if the run has stopped."""
@@ -141,7 +142,10 @@ class ServerSupervisor:
         self.last_seen = time.time()
 
     def on_connection_error(self, error: str = "") -> None:
-        """Count a refused/reset/timed-out request; start a recovery at the threshold."""
+        """Count a refused/reset/timed-out request; start a recovery at the threshold (never
+        once the run stands down: its server is then stopped on purpose, not lost)."""
+        if self.standing_down:
+            return
         if error:
             self.last_error = error
         self._consecutive += 1
@@ -162,6 +166,8 @@ class ServerSupervisor:
             except PreflightError:
                 raise  # back, but unusable (e.g. it refuses our API key): nothing to wait for
             except ServerError as err:
+                if self.standing_down:
+                    return  # stopped on purpose while it was checked: nothing to relaunch
                 if self._relaunch is None:
                     raise ServerError(
                         f"not back within the health deadline of {self.check_deadline_s:g} s "
@@ -194,7 +200,13 @@ class ServerSupervisor:
             f"last request error: {last}; {why}"
         )
 
+    def stand_down(self) -> None:
+        """The run is ending (done, cancelled or interrupted): its server is about to be
+        stopped on purpose, so failures to reach it are no loss, and nothing is relaunched."""
+        self.standing_down = True
+
     async def aclose(self) -> None:
+        self.stand_down()
         if self._recovery is not None and not self._recovery.done():
             self._recovery.cancel()
             try:

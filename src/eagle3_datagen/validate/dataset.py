@@ -20,6 +20,7 @@ from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.validate.tokens import Verdict, validate_output
 from eagle3_datagen.write.dataset_dir import DatasetDir, Shard, iter_rows
 from eagle3_datagen.write.manifest import summarize
+from eagle3_datagen.write.records import SPEC_COLUMNS
 from eagle3_datagen.write.shards import BatchSummary
 
 RECORD_COLUMNS = (
@@ -35,7 +36,14 @@ RECORD_COLUMNS = (
     "source_line",
 )
 # Absent from shards of older versions (turns and samples, image prompts).
-TURN_COLUMNS = ("conversation_id", "turn", "sample", "model_prompt_ids", "images")
+TURN_COLUMNS = (
+    "conversation_id",
+    "turn",
+    "sample",
+    "model_prompt_ids",
+    "images",
+    *SPEC_COLUMNS,
+)
 MAX_EXAMPLES = 20  # invalid records listed per partition; all are counted
 
 
@@ -77,6 +85,8 @@ def check_record(
             "think_end_index",
             f"stored {row['think_end_index']}, the output has it at {v.think_end_index}",
         )
+    if (problem := spec_problem(row)) is not None:
+        v.fail("spec_fields", problem)
     images = row.get("images") or []
     if seen is not None:
         want = len(row["prompt_ids"]) - len(images) + sum(i["tokens"] for i in images)
@@ -87,6 +97,28 @@ def check_record(
                 f"{len(images)} image(s) expanded make {want}",
             )
     return v
+
+
+def spec_problem(row: dict[str, Any]) -> str | None:
+    """How a record's speculative fields disagree with each other or with its output length
+    (SGLang's invariants, docs/sglang-speculative.md); None when they agree or are absent."""
+    verify = row.get("spec_verify_ct")
+    if verify is None:
+        return None
+    correct = row.get("spec_num_correct_drafts")
+    hist = row.get("spec_correct_drafts_histogram") or []
+    n = len(row["output_ids"])
+    if verify <= 0 or verify >= n:
+        return f"spec_verify_ct {verify} with {n} output tokens (one from prefill, one per step)"
+    if sum(hist) != verify or sum(i * c for i, c in enumerate(hist)) != correct:
+        return (
+            f"spec_correct_drafts_histogram {hist} disagrees with spec_verify_ct {verify} and "
+            f"spec_num_correct_drafts {correct}"
+        )
+    length = row.get("spec_accept_length")
+    if length is not None and abs(length - row["completion_tokens"] / verify) > 1e-6:
+        return f"spec_accept_length {length} is not completion_tokens / spec_verify_ct"
+    return None
 
 
 @dataclass(slots=True)

@@ -42,7 +42,8 @@ longer than the trainer's maximum (SpecForge ``data.max_length`` 2048, speculato
 ``--seq-length``/``--total-seq-len`` 8192 by default), which the trainer would clip, are kept
 and reported, dropped or refused; ``validation`` holds out whole conversations (every turn and
 sample of one input line, keyed by partition and ``conversation_id``) by a seeded hash, so a
-conversation never lands on both sides and stays on its side as the dataset grows.
+conversation never lands on both sides, and moves a held-out conversation whose first prompt a
+training one repeats to train (``write/heldout.py``, the split ``eval`` measures on too).
 
 Several turns and samples (``regenerate: all_turns``, ``samples``): every generated turn is its
 own row, its prompt the conversation so far as the model saw it, the loss on that turn's output
@@ -93,6 +94,7 @@ from eagle3_datagen.write.export_rows import (
     specforge_sample,
     speculators_row_builder,
 )
+from eagle3_datagen.write.heldout import SPLIT_KEY
 
 __all__ = [
     "FORMATS",
@@ -193,7 +195,7 @@ def _metadata(
         "truncated_ids": ids(plan.truncated),
         "over_length_ids": ids(plan.over),
         "split": {
-            "key": "partition + conversation_id",
+            **(plan.held.summary() if plan.held else {"key": SPLIT_KEY}),
             "validation": opts.validation,
             "seed": opts.split_seed,
             "conversations": plan.conversations,
@@ -244,7 +246,7 @@ def export_dataset(
     max_length = opts.max_length or TRAINERS[fmt].default_max_length
     ds = DatasetDir(root)
     shards = committed_shards(ds)
-    plan = make_plan(list(scan(shards)), opts, max_length)
+    plan = make_plan(list(scan(shards, prompts=opts.validation > 0)), opts, max_length)
     out = Path(output_path)
     files: dict[str, Path | None] = {
         "train": out,

@@ -9,7 +9,6 @@ against the rows read back.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,16 @@ import pyarrow.parquet as pq
 
 from eagle3_datagen.errors import DatasetError
 from eagle3_datagen.write.dataset_dir import DatasetDir, Shard
+from eagle3_datagen.write.heldout import (
+    VALIDATION,
+    Conversation,
+    HeldOut,
+    in_validation,
+    prompt_keys,
+    split,
+)
+
+__all__ = ["HeldOut", "in_validation"]
 
 Policy = Literal["keep", "drop", "refuse"]
 POLICIES: tuple[str, ...] = get_args(Policy)
@@ -61,6 +70,7 @@ class Entry:
     length: int
     truncated: bool
     images: int = 0  # an image record: left out by design
+    prompt: bytes | None = None  # a first turn's prompt key (heldout.py), when asked for
 
     @property
     def key(self) -> tuple[str, str]:
@@ -83,14 +93,7 @@ class Plan:
     sides: dict[tuple[str, str], str] = field(default_factory=dict)
     conversations: int = 0
     validation_conversations: int = 0
-
-
-def in_validation(partition: str, conversation: str, fraction: float, seed: int) -> bool:
-    """Whether a conversation is held out: a seeded hash, so it never changes side."""
-    if fraction <= 0.0:
-        return False
-    digest = hashlib.sha256(f"{seed}\0{partition}\0{conversation}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+    held: HeldOut | None = None  # the dataset's split, when there is a validation side
 
 
 def present_columns(path: Path, columns: tuple[str, ...]) -> list[str]:
@@ -116,7 +119,18 @@ def committed_shards(ds: DatasetDir) -> list[Shard]:
     return shards
 
 
-def _batch_entries(partition: str, batch: pa.RecordBatch) -> Iterator[Entry]:
+def _first_turn_prompts(batch: pa.RecordBatch) -> list[bytes | None]:
+    """The prompt key of each first-turn record (older shards without ``turn``: every one)."""
+    names = batch.schema.names
+    turns = batch.column("turn").to_pylist() if "turn" in names else [0] * batch.num_rows
+    images = None
+    if "images" in names:
+        images = [[i["sha256"] for i in im or ()] for im in batch.column("images").to_pylist()]
+    keys = prompt_keys(batch.column("prompt_ids"), images)
+    return [k if t == 0 else None for k, t in zip(keys, turns, strict=True)]
+
+
+def _batch_entries(partition: str, batch: pa.RecordBatch, prompts: bool = False) -> Iterator[Entry]:
     lengths = pc.add(
         pc.list_value_length(batch.column("prompt_ids")),
         pc.list_value_length(batch.column("output_ids")),
@@ -130,19 +144,22 @@ def _batch_entries(partition: str, batch: pa.RecordBatch) -> Iterator[Entry]:
         else [None] * len(ids)
     )
     truncated = batch.column("truncated").to_pylist()
-    for i, n, c, t, k in zip(ids, lengths.to_pylist(), convs, truncated, images, strict=True):
-        yield Entry(partition, i, c or i, n, bool(t), k or 0)
+    keys = _first_turn_prompts(batch) if prompts else [None] * len(ids)
+    rows = zip(ids, lengths.to_pylist(), convs, truncated, images, keys, strict=True)
+    for i, n, c, t, k, p in rows:
+        yield Entry(partition, i, c or i, n, bool(t), k or 0, p)
 
 
-def scan(shards: list[Shard]) -> Iterator[Entry]:
+def scan(shards: list[Shard], prompts: bool = False) -> Iterator[Entry]:
     """Every record's id, conversation, length and truncated flag (lengths computed in Arrow,
-    the token lists never become Python objects here)."""
-    wanted = ("id", "conversation_id", "truncated", "prompt_ids", "output_ids", "images")
+    the token lists never become Python objects here); with ``prompts``, each first turn's
+    prompt key too (for the held-out split)."""
+    wanted = ("id", "conversation_id", "truncated", "prompt_ids", "output_ids", "images", "turn")
     for shard in shards:
         columns = present_columns(shard.path, wanted)
         try:
             for batch in pq.ParquetFile(shard.path).iter_batches(columns=columns):
-                yield from _batch_entries(shard.partition, batch)
+                yield from _batch_entries(shard.partition, batch, prompts)
         except (pa.ArrowException, OSError, KeyError) as err:
             raise DatasetError(f"{shard.path}: cannot read: {err}") from None
 
@@ -170,20 +187,29 @@ def _check_refusals(plan: Plan, opts: ExportOptions, max_length: int) -> None:
         )
 
 
-def _split(plan: Plan, exported: list[Entry], opts: ExportOptions) -> None:
+def held_out(entries: list[Entry], fraction: float, seed: int) -> HeldOut:
+    """The dataset's split (heldout.py) over every record, whatever an export leaves out, so
+    the export's validation side and eval's held-out records are the same conversations."""
+    convs = (Conversation(e.partition, e.conversation, e.prompt) for e in entries)
+    return split(convs, fraction, seed)
+
+
+def _split(plan: Plan, entries: list[Entry], exported: list[Entry], opts: ExportOptions) -> None:
     """Each exported record's side, by conversation (every turn and sample on one side)."""
+    held = held_out(entries, opts.validation, opts.split_seed)
     groups: dict[tuple[str, str], str] = {}
     for e in exported:
         group = (e.partition, e.conversation)
-        if group not in groups:
-            held = in_validation(e.partition, e.conversation, opts.validation, opts.split_seed)
-            groups[group] = "validation" if held else "train"
+        groups[group] = held.side(*group)
         plan.sides[e.key] = groups[group]
-    n_val = sum(1 for side in groups.values() if side == "validation")
+    plan.held = held if opts.validation > 0 else None
+    n_val = sum(1 for side in groups.values() if side == VALIDATION)
     if opts.validation > 0 and not 0 < n_val < len(groups):
+        moved = f" ({held.duplicates_moved} moved to train: their prompt is also a training one)"
         raise DatasetError(
             f"a validation fraction of {opts.validation} put {n_val} of {len(groups)} "
-            "conversations in validation; change --validation or --split-seed"
+            f"conversations in validation{moved if held.duplicates_moved else ''}; change "
+            "--validation or --split-seed"
         )
     plan.conversations, plan.validation_conversations = len(groups), n_val
 
@@ -207,5 +233,6 @@ def make_plan(entries: list[Entry], opts: ExportOptions, max_length: int) -> Pla
         dropped_over_length=len(over) if drop_over else 0,
     )
     _check_refusals(plan, opts, max_length)
-    _split(plan, [e for e in measured if not (drop_over and e.length > max_length)], opts)
+    exported = [e for e in measured if not (drop_over and e.length > max_length)]
+    _split(plan, entries, exported, opts)
     return plan

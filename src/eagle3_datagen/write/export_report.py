@@ -199,6 +199,10 @@ def report_lines(meta: dict[str, Any]) -> list[str]:
             f"split by conversation ({split['key']}): {split['validation_conversations']} of "
             f"{split['conversations']} conversations in validation (seed {split['seed']})"
         )
+        out.append(
+            f"repeated prompts: {split.get('duplicates_moved_to_train', 0)} held-out "
+            "conversations moved to train (their first prompt is also a training one)"
+        )
     out.append("settings (paths relative to the export's directory, where this report is):")
     out += [f"  {line}" for line in meta["settings"]]
     return out

@@ -62,8 +62,30 @@ RECORD_SCHEMA = pa.schema(
         # counted them in prompt_tokens; and the images in placeholder order.
         pa.field("model_prompt_ids", pa.list_(pa.int32())),
         pa.field("images", pa.list_(IMAGE_TYPE)),
+        # Whether the prompt declared tools (null in data written before this column): acceptance
+        # is reported with and without tools.
+        pa.field("has_tools", pa.bool_()),
+        # Speculative decoding (docs/sglang-speculative.md): the request's meta_info fields as
+        # a speculating SGLang sent them; null when it sent none (the server does not
+        # speculate, or the request ended before any verify step), never 0.
+        pa.field("spec_verify_ct", pa.int32()),
+        pa.field("spec_num_correct_drafts", pa.int32()),
+        pa.field("spec_num_proposed_drafts", pa.int32()),
+        pa.field("spec_accept_length", pa.float64()),
+        pa.field("spec_accept_rate", pa.float64()),
+        pa.field("spec_correct_drafts_histogram", pa.list_(pa.int32())),
     ]
 )
+# The record columns above that hold speculative decoding fields, named as in meta_info.
+SPEC_COLUMNS = (
+    "spec_verify_ct",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "spec_accept_length",
+    "spec_accept_rate",
+    "spec_correct_drafts_histogram",
+)
+_NO_SPEC: dict[str, Any] = dict.fromkeys(SPEC_COLUMNS)
 
 REJECT_SCHEMA = pa.schema(
     [
@@ -106,6 +128,13 @@ class Record:
     stop_reason: str | None = None
     model_prompt_ids: list[int] | None = None
     images: list[dict[str, Any]] | None = None
+    has_tools: bool | None = None
+    spec_verify_ct: int | None = None
+    spec_num_correct_drafts: int | None = None
+    spec_num_proposed_drafts: int | None = None
+    spec_accept_length: float | None = None
+    spec_accept_rate: float | None = None
+    spec_correct_drafts_histogram: list[int] | None = None
 
     def __post_init__(self) -> None:
         if not self.conversation_id:
@@ -127,6 +156,13 @@ class Reject:
     finish_reason: str | None = None
     turn: int | None = None
     sample: int | None = None
+
+
+def spec_columns(spec: dict[str, Any] | None) -> dict[str, Any]:
+    """A record's spec columns from a response's spec fields (all null without any)."""
+    if spec is None:
+        return _NO_SPEC
+    return {name: spec.get(name) for name in SPEC_COLUMNS}
 
 
 def _columns(rows: list[Record] | list[Reject], schema: pa.Schema) -> pa.Table:

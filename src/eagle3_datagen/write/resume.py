@@ -195,6 +195,23 @@ def superseded_line(partition: str, superseded: list[int], reusable: int) -> str
     )
 
 
+def done_lines(output: PartitionOutput, batches: list[BatchSpec]) -> int:
+    """Input lines of the batches earlier runs committed from the input as it is now."""
+    return sum(b.count for b in batches if output.committed(b.index, b.key) is not None)
+
+
+def reuse_line(partition: str, done: int, total: int, reusable: int) -> str:
+    """The line of a rerun into an existing output: what earlier runs did that this one keeps
+    (their batches are not sent again), and what is left to generate."""
+    line = (
+        f"{partition}: reusing {done:,} of {total:,} lines done by earlier runs; "
+        f"{total - done:,} left"
+    )
+    if reusable and done < total:
+        line += f" ({reusable:,} earlier results at hand for prompts among them)"
+    return line
+
+
 def drop_superseded(output: PartitionOutput) -> None:
     """Delete what the partition kept for reuse, once every batch of it is committed."""
     shutil.rmtree(output.superseded_dir, ignore_errors=True)

@@ -1,0 +1,83 @@
+"""``eagle3-datagen eval``: a draft's accept length on the dataset's held-out split, measured
+by a speculating server (docs/eval.md). Exit 0 when the gate passes, 1 when the accept length
+dropped past ``--max-drop`` from the baseline (the reason in one line), 2 on bad input."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from eagle3_datagen.evaluate.run import EvalOptions, run_eval
+
+    options = EvalOptions(
+        dataset=args.dataset,
+        server_url=args.server_url,
+        validation=args.validation,
+        seed=args.seed,
+        json_path=args.json,
+        baseline=args.baseline,
+        max_drop=args.max_drop,
+        concurrency=args.concurrency,
+        draft=args.draft,
+        tokenizer=args.tokenizer,
+        api_key=os.environ.get(args.api_key_env) if args.api_key_env else None,
+        record_history=not args.no_history,
+    )
+    result = run_eval(options)
+    print("\n".join(result.lines()))
+    if args.json:
+        print(f"json: {args.json}")
+    if not result.ok:
+        print(f"eagle3-datagen: eval gate failed: {result.reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """The eval subcommand."""
+    ev = sub.add_parser(
+        "eval", help="a draft's accept length on the held-out split, from a speculating server"
+    )
+    ev.add_argument("dataset", metavar="DATASET", help="the run's output directory")
+    ev.add_argument(
+        "--server-url", required=True, metavar="URL", help="an SGLang server that speculates"
+    )
+    ev.add_argument(
+        "--validation",
+        type=float,
+        default=0.2,
+        metavar="F",
+        help="held-out fraction of conversations: the export's --validation (default 0.2)",
+    )
+    ev.add_argument(
+        "--seed", type=int, default=0, help="the split's seed: the export's --split-seed"
+    )
+    ev.add_argument("--json", metavar="PATH", help="write the result as JSON")
+    ev.add_argument(
+        "--baseline",
+        metavar="PATH|history",
+        help="an earlier eval JSON, or 'history': the dataset's last recorded eval",
+    )
+    ev.add_argument(
+        "--max-drop",
+        type=float,
+        default=0.1,
+        metavar="TOKENS",
+        help="fail (exit 1) when the accept length is more than this below the baseline's",
+    )
+    ev.add_argument("--concurrency", type=int, default=32, help="requests in flight at most")
+    ev.add_argument(
+        "--draft", metavar="DIR", help="the server's draft directory, to check it fits the target"
+    )
+    ev.add_argument("--tokenizer", metavar="PATH", help="override the recorded tokenizer path")
+    ev.add_argument(
+        "--api-key-env", metavar="VAR", help="environment variable holding the server's API key"
+    )
+    ev.add_argument(
+        "--no-history", action="store_true", help="do not add the eval to the dataset's history"
+    )
+    ev.set_defaults(func=cmd_eval)

@@ -1,0 +1,136 @@
+"""The emulator's model backend on a real (tiny, random) transformers Llama: speculation at
+temperature 0 gives exactly the target's own greedy ids, and drafts whose accept length is
+known by construction get it. Needs torch and transformers (the trainer venv):
+
+    PYTHONPATH=src .venv-trainers-speculators/bin/python -m pytest -c /dev/null --rootdir . \
+        -p no:cacheprovider --noconftest tests/lab
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from sglang_emulator.model_backend import ModelGenerator, TransformersTarget  # noqa: E402
+from sglang_emulator.sampling import Sampling  # noqa: E402
+
+VOCAB = 97
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> TransformersTarget:
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=VOCAB,
+        max_position_embeddings=512,
+    )
+    model = transformers.LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)  # peaked distributions: no near-ties in the argmax
+    path: Path = tmp_path_factory.mktemp("target")
+    model.save_pretrained(path)
+    return TransformersTarget(path)
+
+
+def greedy_reference(target: TransformersTarget, prompt: list[int], n: int) -> list[int]:
+    """Greedy decoding with full forward passes, no cache: the ids to match."""
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(target.model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+class OracleDraft:
+    """Proposes the target's own greedy continuation: every draft is accepted."""
+
+    def __init__(self, target: TransformersTarget) -> None:
+        self.target = target
+
+    def propose(self, ids, aux, k, s, rng):
+        drafts = greedy_reference(self.target, ids, k)
+        return drafts, [[1.0 if t == d else 0.0 for t in range(VOCAB)] for d in drafts]
+
+
+class WrongDraft(OracleDraft):
+    """Proposes a token that is never the target's argmax: nothing is accepted."""
+
+    def propose(self, ids, aux, k, s, rng):
+        right = greedy_reference(self.target, ids, 1)[0]
+        drafts = [(right + 1) % VOCAB] * k
+        return drafts, [[1.0 if t == d else 0.0 for t in range(VOCAB)] for d in drafts]
+
+
+GREEDY = Sampling(temperature=0.0, top_k=1, max_new_tokens=40)
+PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 91, 12, 7], [1]]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_plain_greedy_is_the_models_own(target: TransformersTarget, prompt: list[int]) -> None:
+    out, counters = ModelGenerator(target, None, STEPS).generate(prompt, GREEDY, 0, 40, frozenset())
+    assert counters is None
+    assert out == greedy_reference(target, prompt, 40)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_oracle_draft_accepts_every_step(target: TransformersTarget, prompt: list[int]) -> None:
+    gen = ModelGenerator(target, OracleDraft(target), STEPS)
+    out, counters = gen.generate(prompt, GREEDY, 0, 40, frozenset())
+    assert out == greedy_reference(target, prompt, 40)
+    assert counters is not None
+    # 1 token from prefill, then verify steps of STEPS + 1 tokens: ceil(39 / 4) = 10 steps.
+    assert counters.verify_ct == 10
+    assert counters.num_correct_drafts == 10 * STEPS
+    assert counters.correct_drafts_histogram == (0, 0, 0, 10)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_wrong_draft_accepts_nothing(target: TransformersTarget, prompt: list[int]) -> None:
+    gen = ModelGenerator(target, WrongDraft(target), STEPS)
+    out, counters = gen.generate(prompt, GREEDY, 0, 40, frozenset())
+    assert out == greedy_reference(target, prompt, 40)
+    assert counters is not None
+    assert (counters.verify_ct, counters.num_correct_drafts) == (39, 0)
+    assert counters.meta_info(STEPS + 1)["spec_accept_length"] == 40 / 39
+
+
+def test_stop_token_ends_the_output_and_is_kept(target: TransformersTarget) -> None:
+    full = greedy_reference(target, PROMPTS[0], 40)
+    stop = full[5]
+    first = full.index(stop)
+    gen = ModelGenerator(target, OracleDraft(target), STEPS)
+    out, counters = gen.generate(PROMPTS[0], GREEDY, 0, 40, frozenset({stop}))
+    assert out == full[: first + 1]
+    assert counters is not None and counters.completion_tokens == first + 1
+
+
+def test_sampling_depends_on_the_seed_only(target: TransformersTarget) -> None:
+    hot = Sampling(temperature=1.0, top_p=0.9, max_new_tokens=30)
+    gen = ModelGenerator(target, None, STEPS)
+    a, _ = gen.generate(PROMPTS[1], hot, 7, 30, frozenset())
+    b, _ = gen.generate(PROMPTS[1], hot, 7, 30, frozenset())
+    c, _ = gen.generate(PROMPTS[1], hot, 8, 30, frozenset())
+    assert a == b and a != c
+
+
+def test_sampled_speculation_counts_every_verify_step(target: TransformersTarget) -> None:
+    """Above temperature 0 the speculative sampling rule runs; its counters stay consistent."""
+    hot = Sampling(temperature=1.0, max_new_tokens=30)
+    gen = ModelGenerator(target, OracleDraft(target), STEPS)
+    out, counters = gen.generate(PROMPTS[0], hot, 3, 30, frozenset())
+    assert len(out) == 30 and all(0 <= t < VOCAB for t in out)
+    assert counters is not None and counters.verify_ct == sum(counters.correct_drafts_histogram)
+    accepted = sum(i * n for i, n in enumerate(counters.correct_drafts_histogram))
+    assert accepted == counters.num_correct_drafts
+    again, _ = gen.generate(PROMPTS[0], hot, 3, 30, frozenset())
+    assert again == out  # the request's seed fixes the draws

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The CPU lab: the whole loop with real models, and the field's headline on it.
+#   trainers/lab.sh           full lab (5-6 min on 2 cores; up to ~3x that on a busy machine)
+#   trainers/lab.sh --small   smaller everything (a CI candidate, ~3 min)
+# Steps: stdlib docstrings -> a tiny Llama target trained from scratch (trainers/lab/corpus.py,
+# make_target.py); the emulator serving that target (--emu-model-backend transformers) and
+# `eagle3-datagen run` regenerating the lab prompts through the unchanged pipeline (attach
+# mode); the export (validation split by conversation = the held-out prompts); the same
+# records with the prompts' ORIGINAL answers (original.py); one EAGLE-3 draft on each, same
+# steps (speculators' own trainer on CPU: train_draft.sh), and an untrained one; then the
+# emulator speculating with each draft over the held-out prompts at temperature 0
+# (measure.py), and without a draft for the lossless check (summary.py).
+# Last line: `summary: PATH` (JSON: heldout_records, accept_length.{original,regenerated,
+# untrained}, lossless_mismatches). Everything lands in trainers/work/lab/ (LAB_WORK moves it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SMALL=0
+[ "${1:-}" = "--small" ] && SMALL=1
+WORK=${LAB_WORK:-trainers/work/lab}
+PORT=${LAB_PORT:-30741}
+SPEC=$PWD/.venv-trainers-speculators/bin/python
+if [ "$SMALL" = 1 ]; then PROMPTS=80 TARGET_STEPS=150 DRAFT_STEPS=60 MAX_NEW=96
+else PROMPTS=240 TARGET_STEPS=400 DRAFT_STEPS=300 MAX_NEW=256; fi
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TORCHDYNAMO_DISABLE=1 COLUMNS=400
+export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
+T0=$(date +%s)
+step() { echo; echo "== $(date -u +%H:%M:%S) (+$(( $(date +%s) - T0 )) s) $*"; }
+EMU_PID=
+stop_server() { [ -n "$EMU_PID" ] && kill "$EMU_PID" 2>/dev/null && wait "$EMU_PID" 2>/dev/null; EMU_PID=; }
+trap stop_server EXIT
+serve() {  # serve LOG [speculative flags...]: the emulator with the target, under torch's venv
+  local log=$1; shift
+  PYTHONPATH=$PWD/src "$SPEC" -m sglang_emulator --model-path "$WORK/target" --port "$PORT" \
+    --emu-model-backend transformers --random-seed 0 "$@" > "$log" 2>&1 &
+  EMU_PID=$!
+  for _ in $(seq 600); do
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/health')" \
+      2>/dev/null && return 0
+    kill -0 "$EMU_PID" 2>/dev/null || { tail -20 "$log"; exit 1; }
+    sleep 0.5
+  done
+  echo "emulator did not start: $log"; exit 1
+}
+
+step "trainer environment (speculators 0.9.0, torch CPU) + the emulator's own deps"
+trainers/setup.sh speculators
+"$SPEC" -c 'import aiohttp, orjson' 2>/dev/null || "$SPEC" -m pip install -q aiohttp orjson
+rm -rf "$WORK" && mkdir -p "$WORK" && WORK=$(cd "$WORK" && pwd)
+
+step "corpus and target ($TARGET_STEPS steps)"
+"$SPEC" trainers/lab/corpus.py "$WORK/corpus" "$PROMPTS"
+"$SPEC" trainers/lab/make_target.py src/eagle3_datagen/assets/kimi-k2.5-mini \
+  "$WORK/corpus/target_train.jsonl" "$WORK/target" "$TARGET_STEPS" > "$WORK/target.log"
+tail -1 "$WORK/target.log"
+
+step "on-policy data: eagle3-datagen run against the emulator serving the target"
+serve "$WORK/emulator-generate.log"
+sed "s#../work/lab/corpus/prompts.jsonl#$WORK/corpus/prompts.jsonl#" trainers/lab/lab.yaml \
+  > "$WORK/lab.yaml"
+sed -i "s#  path: ../../src#  path: $PWD/src#" "$WORK/lab.yaml"
+uv run eagle3-datagen run "$WORK/lab.yaml" --server-url "http://127.0.0.1:$PORT" \
+  --output "$WORK/dataset" > "$WORK/run.log" 2>&1 || { tail -30 "$WORK/run.log"; exit 1; }
+tail -3 "$WORK/run.log"
+stop_server
+uv run eagle3-datagen export "$WORK/dataset" --format speculators --validation 0.2 \
+  --max-length 2048 --output "$WORK/regenerated/speculators.jsonl" | tail -2
+"$SPEC" trainers/lab/original.py src/eagle3_datagen/assets/kimi-k2.5-mini \
+  "$WORK/corpus/prompts.jsonl" "$WORK/regenerated" "$WORK/original"
+
+for data in original regenerated; do
+  step "draft on $data answers ($DRAFT_STEPS steps)"
+  trainers/lab/train_draft.sh "$WORK/target" "$WORK/$data" "$WORK/drafts/$data" "$DRAFT_STEPS"
+done
+# The last checkpoint (not speculators' "best", which it picks by loss on the held-out rows).
+last_ckpt() { find "$1/ckpt" -mindepth 1 -maxdepth 1 -type d -name '[0-9]*' | sort -V | tail -1; }
+"$SPEC" trainers/lab/random_draft.py "$(last_ckpt "$WORK/drafts/regenerated")" \
+  "$WORK/drafts/untrained/ckpt/0" | tail -1
+
+HELDOUT=$WORK/regenerated/speculators.validation.jsonl
+step "held-out outputs without speculation"
+serve "$WORK/emulator-plain.log"
+uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
+  "$WORK/measure-plain.json"
+stop_server
+for draft in untrained original regenerated; do
+  step "held-out accept length: $draft draft"
+  dir=$(last_ckpt "$WORK/drafts/$draft")
+  serve "$WORK/emulator-$draft.log" --speculative-algorithm EAGLE3 \
+    --speculative-draft-model-path "$dir" --speculative-num-steps 3 \
+    --speculative-eagle-topk 1 --speculative-num-draft-tokens 4
+  uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
+    "$WORK/measure-$draft.json"
+  stop_server
+done
+
+step "summary"
+python3 trainers/lab/summary.py "$WORK/summary.json" "$WORK/measure-plain.json" \
+  untrained="$WORK/measure-untrained.json" original="$WORK/measure-original.json" \
+  regenerated="$WORK/measure-regenerated.json"
+echo "lab time: $(( $(date +%s) - T0 )) s"
+echo "summary: $WORK/summary.json"
