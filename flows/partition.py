@@ -158,10 +158,8 @@ async def _run_batches(
 ) -> list[Any]:
     """Every batch as a task run (with the config's batch retries), ``plan.window`` at a time;
     a result per batch, an exception for one that failed after its retries."""
-    batch_task = generate_batch.with_options(
-        retries=config.retries.batch_retries,
-        retry_delay_seconds=config.retries.batch_retry_delay_s,
-    )
+    # The delays between retries are waited in the task body (tasks/batch.py).
+    batch_task = generate_batch.with_options(retries=config.retries.batch_retries)
 
     async def _batch(spec: Any) -> Any:
         runner.raise_if_server_lost()  # no task run for a batch that cannot succeed

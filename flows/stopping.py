@@ -11,12 +11,16 @@ Two things in Prefect 3 make a stopped run read as a crash, and this module undo
   end then cancels every task at once). While a flow body runs, :func:`cancel_on_sigterm`
   makes SIGTERM cancel the outermost flow's task instead: the same orderly unwinding as Ctrl-C
   of the command line (batches first, then subflows, then the server, stopped on purpose).
+  Not where the pod's supervisor owns SIGTERM (``PREFECT_FLOW_RUN_EXECUTE_SIGTERM_BEHAVIOR``
+  ``reschedule`` or ``relinquish``, the Kubernetes recipe): there a SIGTERM is an eviction, the
+  run must be rescheduled rather than Cancelled, and Prefect's own handling stays.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,12 +35,26 @@ _bodies: list[asyncio.Task[Any]] = []
 _previous: list[Any] = []  # the SIGTERM handler found when the outermost body started
 #: The signals that cancelled a flow body in this process (the command line reads it).
 received: list[int] = []
+# Where `prefect flow-run execute` is told to reschedule or relinquish on SIGTERM, the signal
+# means the pod is going away, not that someone stopped the run.
+_SUPERVISOR_BEHAVIOR = "PREFECT_FLOW_RUN_EXECUTE_SIGTERM_BEHAVIOR"
+
+
+def supervised() -> bool:
+    """Whether this process runs under a supervisor that owns SIGTERM (a pod's
+    ``prefect flow-run execute`` set to reschedule or relinquish, see above)."""
+    return os.environ.get(_SUPERVISOR_BEHAVIOR, "").lower() in ("reschedule", "relinquish")
 
 
 def cancelled(message: str) -> State[Any]:
     """Prefect's Cancelled state with ``message``, for a flow or task to return when its
     coroutine was cancelled; the task's cancellation is taken back (it was handled), so the
-    engine can record the state."""
+    engine can record the state.
+
+    Under a supervisor that owns SIGTERM the cancellation is the pod going away: it goes on
+    (raised again), so that Prefect reschedules the run instead of recording it Cancelled."""
+    if supervised():
+        raise asyncio.CancelledError(message)
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         task.uncancel()
@@ -53,7 +71,7 @@ def stopped_run(err: BaseException, outcome: RunOutcome) -> State[Any]:
     """The run stopped on ``err``: the outcome notes it; a cancellation (Ctrl-C, Cancel) makes
     the run's Cancelled state, saying what had completed; anything else is raised again."""
     outcome.stopped(err, cancelled=is_a_stop(err))
-    if not isinstance(err, asyncio.CancelledError):
+    if not isinstance(err, asyncio.CancelledError) or supervised():
         raise err
     return cancelled(outcome.cancelled_message())
 
@@ -87,7 +105,7 @@ async def cancel_on_sigterm() -> AsyncIterator[None]:
     comes back."""
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
-    if task is None:
+    if task is None or supervised():
         yield
         return
     outermost = not _bodies

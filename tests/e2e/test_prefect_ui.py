@@ -48,7 +48,12 @@ def runs(
         "automation", "create", "--from-file", "flows/automations/throughput-low.yaml", check=False
     )
     assert "block_document_id" in refused, refused
-    assert not srv.post("/automations/filter")
+    # The only automation so far is the eval deployment's chain (deployments/prefect.yaml),
+    # created disabled: nothing fires after a run until a user turns it on.
+    (chain,) = srv.post("/automations/filter")
+    assert chain["name"] == "kimi-k2.5-eval__automation_1", chain
+    assert chain["enabled"] is False, chain
+    assert chain["trigger"]["match_related"]["prefect.resource.name"] == "kimi-k2.5", chain
     # ... and `eagle3-datagen alarm install` creates it with the named block, as README says.
     out = datagen_cli(srv, "alarm", "install", "--block", "eagle3-alerts")
     assert "created: notifies through custom-webhook/eagle3-alerts" in out, out

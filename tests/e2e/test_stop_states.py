@@ -34,7 +34,9 @@ NOT_SAID = ("ERROR", "Traceback", "Unclosed client session", "Crash detected", "
 
 
 def _config(tmp_path: Path, *, attach: bool = False) -> tuple[Path, Path]:
-    out = tmp_path / "out"
+    # Runs are named after their output directory, and _parent finds this test's run by that
+    # name on a server the session's other tests share: one name per test.
+    out = tmp_path / f"{tmp_path.name}-out"
     config = demo_config(out).model_dump(mode="json")
     if not attach:
         config["server"]["extra_args"] += SLOW_LONG
@@ -114,7 +116,7 @@ def _told_the_truth(srv: PrefectServer, run_id: str, before: float) -> dict[str,
         {"flow_runs": {"id": {"any_": [s["id"] for s in subs.values()]}}, "limit": 200},
     )
     long_id = subs["demo_long"]["id"]
-    crashed = [t["name"] for t in tasks if t["state_type"] == "CRASHED"]
+    crashed = [(t["name"], t["state"]["message"]) for t in tasks if t["state_type"] == "CRASHED"]
     assert not crashed, crashed
     stopped = {t["state_type"] for t in tasks if t["flow_run_id"] == long_id}
     assert "CANCELLED" in stopped and stopped <= {"CANCELLED", "COMPLETED"}, stopped
@@ -227,3 +229,41 @@ def test_cancel_from_the_ui(prefect_server: PrefectServer, deployed: Path, tmp_p
     said = deployed.read_bytes()[offset:].decode(errors="replace")
     for word in ("Traceback", "Crash detected", "server lost", "relaunching"):
         assert word not in said, said[-6000:]
+
+
+def test_ctrl_c_while_a_batch_waits_to_retry(prefect_server: PrefectServer, tmp_path: Path) -> None:
+    """A batch whose requests all failed waits a minute before its retry; Ctrl-C meanwhile
+    ends it Cancelled (the wait is the task's own, not Prefect's AwaitingRetry, where the stop
+    would land in the engine and read Crashed)."""
+    srv = prefect_server
+    with EmulatorProcess("--emu-fault-500-rate", "1.0", log_dir=tmp_path) as emulator:
+        emulator.wait_ready()
+        cfg, out = _config(tmp_path, attach=True)
+        config = yaml.safe_load(cfg.read_text())
+        config["partitions"] = config["partitions"][:1]
+        config["retries"].update(
+            max_attempts=1, backoff_initial_s=0.1, batch_retries=1, batch_retry_delay_s=[60]
+        )
+        cfg.write_text(yaml.safe_dump(config))
+        log = tmp_path / "run.log"
+        proc = _start(cfg, srv.env, log, "--server-url", emulator.url)
+        try:
+            _wait(lambda: "retry 1 in 60 s" in log.read_text(), lambda: log.read_text()[-3000:])
+            offset = log.stat().st_size
+            os.killpg(proc.pid, signal.SIGINT)
+            assert proc.wait(120) == 130, log.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    _quiet(_after_signal(log, offset))
+    run = _parent(srv, out)
+    assert run is not None
+    run = srv.wait_final(run["id"], timeout=120)
+    assert run["state_type"] == "CANCELLED", run["state"]
+    subs = _subflows(srv, run["id"])
+    tasks = srv.post(
+        "/task_runs/filter",
+        {"flow_runs": {"id": {"any_": [s["id"] for s in subs.values()]}}, "limit": 200},
+    )
+    states = {t["name"]: t["state_type"] for t in tasks}
+    assert states and set(states.values()) == {"CANCELLED"}, states
