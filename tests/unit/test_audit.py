@@ -283,7 +283,7 @@ def test_logprob_columns_that_break_the_rules_are_invalid(
                     out,
                     line=10,
                     **{**cols, "output_logprobs": [math.log(0.125)] * n},
-                ),  # fmt: skip
+                ),
             ]
         )
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from eagle3_datagen.config import Logprobs
 from eagle3_datagen.generate.conversation import TurnAt
 from eagle3_datagen.generate.earlier import Earlier
 from eagle3_datagen.generate.media import TurnImages
@@ -129,15 +130,15 @@ def accepted_record(
         images=media.columns() if media else None,
         has_tools=bool(prompt.tools),
         **spec_columns(result.spec),
-        **logprob_columns(runner, result),
+        **logprob_columns(runner.partition.logprobs, result),
     )
 
 
-def logprob_columns(runner: PartitionRunner, result: GenerateResult) -> dict[str, Any]:
+def logprob_columns(asked: Logprobs | None, result: GenerateResult) -> dict[str, Any]:
     """The logprob columns of a validated answer (all null when the partition asks none)."""
-    if runner.partition.logprobs is None:
+    if asked is None:
         return {}
-    top = result.top_logprobs if runner.partition.logprobs.top_k > 0 else None
+    top = result.top_logprobs if asked.top_k > 0 else None
     summary = entropy_summary(top) if top is not None else None
     return {
         "output_logprobs": result.output_logprobs,
