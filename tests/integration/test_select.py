@@ -88,6 +88,10 @@ async def test_select_keeps_whole_conversations_by_the_rule(
     assert (selection["rule"], selection["keep"], selection["seed"]) == ("flatness", 0.25, 3)
     assert manifest["partitions"]["p"]["accepted"] == 8
 
+    card = (out / "README.md").read_text()
+    assert f"| selected from (eagle3-datagen select) | `{source.resolve()} (content" in card
+    assert "rule flatness, keep 0.25 of each partition's conversations, seed 3" in card
+
     report = validate_dataset(out)
     assert report.ok, report.lines()
     result = export_dataset(out, "specforge", tmp_path / "flat.jsonl")
@@ -98,6 +102,17 @@ async def test_select_keeps_whole_conversations_by_the_rule(
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")}
     assert select_dataset(source, out, "flatness", 0.25, seed=3).already_done
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")} == before
+    # A run killed before its manifest, one batch unwritten: the same command finishes it.
+    kept_rows = records(out, "p")
+    (out / "manifest.json").unlink()
+    (out / "p" / "_batches" / "00001.json").unlink()
+    (out / "p" / "part-00001.parquet").unlink()
+    again = select_dataset(source, out, "flatness", 0.25, seed=3)
+    assert not again.already_done and records(out, "p") == kept_rows
+    assert (out / "p" / "part-00000.parquet").stat().st_mtime_ns == before[
+        out / "p" / "part-00000.parquet"
+    ]  # a committed batch is left as it was
+    assert validate_dataset(out).ok
     with pytest.raises(DatasetError, match=r"another selection \(rule: 'flatness' -> 'random'"):
         select_dataset(source, out, "random", 0.25, seed=3)
 

@@ -184,6 +184,7 @@ def _provenance(manifest: dict[str, Any]) -> str:
         ("fingerprint (content sha256)", fingerprint.get("content_sha256")),
         ("first written", manifest.get("first_written") or run.get("created_at")),
         ("last run started", run.get("created_at")),
+        ("selected from (eagle3-datagen select)", _selection(manifest.get("selection"))),
     ]
     lines = ["| | |", "|---|---|"]
     if emulated:  # first, in words: what made the tokens
@@ -192,6 +193,18 @@ def _provenance(manifest: dict[str, Any]) -> str:
         )
     lines += [f"| {k} | `{v}` |" for k, v in rows if v not in (None, "")]
     return "\n".join(lines)
+
+
+def _selection(sel: dict[str, Any] | None) -> str | None:
+    """A selection's source, rule and seed in one line (docs/select.md); None for a run."""
+    if not sel:
+        return None
+    params = "".join(f", {k}={v}" for k, v in (sel.get("params") or {}).items())
+    return (
+        f"{sel.get('source')} (content sha256 {str(sel.get('source_content_sha256'))[:12]}): "
+        f"rule {sel.get('rule')}{params}, keep {sel.get('keep')} of each partition's "
+        f"conversations, seed {sel.get('seed')}"
+    )
 
 
 def _speculation(server_args: dict[str, Any]) -> str | None:

@@ -6,7 +6,8 @@ Idempotent and resumable: the request is written first (``_selection.json``); a 
 same request skips the shards already committed and finishes the rest (a finished one says so
 and writes nothing); a different request into the same directory is refused, naming what
 differs. Each source shard gives one shard (the same index) of its kept records; the selection
-keeps no rejects (they are not training data; the source keeps them).
+keeps no rejects (they are not training data; the source keeps them). The dataset card
+(README.md) is written as for a run, with the selection in its provenance.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pyarrow.parquet as pq
 
 from eagle3_datagen.errors import DatasetError
 from eagle3_datagen.provenance import pipeline_version
+from eagle3_datagen.report.dataset_card import refresh_dataset_card
 from eagle3_datagen.select.choose import (
     PartitionChoice,
     choose,
@@ -103,6 +105,7 @@ def select_dataset(
         },
     }
     write_manifest(root, manifest)
+    refresh_dataset_card(root, manifest)
     return SelectOutcome(root, request, choices)
 
 
