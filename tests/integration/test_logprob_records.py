@@ -22,7 +22,7 @@ from tests.support.pipeline import records, run_batches
 
 
 def logprob_config(
-    tmp_path: Path, logprobs: dict[str, Any] | None, lines: int = 12
+    tmp_path: Path, logprobs: dict[str, Any] | None, lines: int = 12, samples: int = 2
 ) -> PipelineConfig:
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "in.jsonl"
@@ -30,7 +30,7 @@ def logprob_config(
         for i in range(lines):
             msg = {"role": "user", "content": f"question number {i} about distributions"}
             fh.write(json.dumps({"id": f"r{i}", "messages": [msg]}) + "\n")
-    partition: dict[str, Any] = {"name": "p", "input": str(path), "tier": "T", "samples": 2}
+    partition: dict[str, Any] = {"name": "p", "input": str(path), "tier": "T", "samples": samples}
     if logprobs is not None:
         partition["logprobs"] = logprobs
     return PipelineConfig.model_validate(

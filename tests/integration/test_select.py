@@ -14,12 +14,15 @@ import orjson
 import pytest
 
 from eagle3_datagen.errors import DatasetError
+from eagle3_datagen.inputs.scan import scan_input
 from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.select.output import select_dataset
 from eagle3_datagen.validate.dataset import validate_dataset
 from eagle3_datagen.write.export import export_dataset
 from eagle3_datagen.write.manifest import summarize_on_disk, update_manifest
+from eagle3_datagen.write.resume import record_input
+from eagle3_datagen.write.shards import PartitionOutput
 from eagle3_datagen_cli.main import main
 from tests.integration.test_logprob_records import logprob_config
 from tests.support import TOKENIZER_DIR
@@ -32,14 +35,16 @@ SPECULATING = (
 )  # fmt: skip
 
 
-async def _dataset(root: Path, emu: Any, logprobs: dict[str, Any] | None) -> Path:
+async def _dataset(root: Path, emu: Any, logprobs: dict[str, Any] | None, samples: int = 2) -> Path:
     """A finished dataset as the pipeline writes one: shards under the run's fingerprint, then
     the manifest from the commit markers."""
-    config = logprob_config(root, logprobs, lines=16)
+    config = logprob_config(root, logprobs, lines=16, samples=samples)
     info = emu.client.get("/server_info").json()
     fingerprint = build_fingerprint(config, ChatTokenizer(str(TOKENIZER_DIR)), info, "0.5.23")
     await run_batches(config, emu.url, metadata=parquet_metadata(fingerprint))
     out = Path(config.output_dir)
+    scan = scan_input("p", config.partition("p").input, config.batch_size)
+    record_input(PartitionOutput(out, "p"), scan.info)  # what the flow records for the manifest
     update_manifest(out, fingerprint, {"p": {**summarize_on_disk(out, "p"), "status": "completed"}})
     return out
 
@@ -134,7 +139,7 @@ async def test_a_rule_without_its_column_names_the_option(
     tmp_path: Path, emulator_factory: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     emu = emulator_factory("--random-seed", "0", "--emu-mean-output-tokens", "30").wait_ready()
-    source = await _dataset(tmp_path / "src", emu, None)
+    source = await _dataset(tmp_path / "src", emu, None, samples=1)
     for rule, option in [
         ("flatness", "logprobs: {top_k: K}"),
         ("acceptance", "server.speculative"),
@@ -156,3 +161,7 @@ async def test_a_rule_without_its_column_names_the_option(
     manifest = orjson.loads((tmp_path / "rnd" / "manifest.json").read_bytes())
     assert manifest["selection"]["seed"] == 1
     assert validate_dataset(tmp_path / "rnd").ok
+    # Against its input files too: the lines a selection dropped are not missing lines.
+    assert validate_dataset(source, inputs=True).ok
+    with_inputs = validate_dataset(tmp_path / "rnd", inputs=True)
+    assert with_inputs.ok, with_inputs.lines()

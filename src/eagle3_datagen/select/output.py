@@ -96,7 +96,9 @@ def select_dataset(
         "first_written": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "fingerprint": src.fingerprint,
         "status": "completed",
-        "partitions": {n: {**s, "status": "completed"} for n, s in summaries.items()},
+        "partitions": {
+            n: {**s, **_input(src, n), "status": "completed"} for n, s in summaries.items()
+        },
         "selection": {
             **request.to_dict(),
             "summary": rule.summary,
@@ -107,6 +109,12 @@ def select_dataset(
     write_manifest(root, manifest)
     refresh_dataset_card(root, manifest)
     return SelectOutcome(root, request, choices)
+
+
+def _input(src: DatasetDir, name: str) -> dict[str, Any]:
+    """The source partition's input file (path, size, SHA-256, lines), for `validate --input`."""
+    entry = src.manifest_entry(name) or {}
+    return {"input": entry["input"]} if entry.get("input") else {}
 
 
 def _claim(root: Path, request: SelectRequest) -> bool:
