@@ -82,6 +82,14 @@ def test_an_answer_missing_the_asked_fields_is_a_server_fault() -> None:
         GenerateResult.from_json(answer, top_k=2)
 
 
+def test_an_abort_without_logprobs_still_parses() -> None:
+    answer = _answer(finish_reason={"type": "abort", "message": "Abort in waiting queue"})
+    for key in ("output_token_logprobs", "output_top_logprobs", "input_token_logprobs"):
+        del answer["meta_info"][key]
+    result = GenerateResult.from_json(answer, top_k=2)
+    assert result.finish_type == "abort" and result.output_logprobs is None
+
+
 def _verdict(output: list[int], logprobs: Any, **kw: Any) -> Verdict:
     v = Verdict()
     check_logprobs(output, logprobs, v, **kw)

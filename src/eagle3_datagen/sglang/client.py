@@ -94,7 +94,10 @@ class GenerateResult:
                 if "spec_verify_ct" in meta
                 else None,
             )
-            if top_k is not None:
+            # An abort may end before any logprob (the caller retries or rejects it anyway).
+            if top_k is not None and (
+                result.finish_type != "abort" or "output_token_logprobs" in meta
+            ):
                 lp = parse_logprobs(meta, top_k)
                 result.output_logprobs, result.logprob_ids = lp.logprobs, lp.token_ids
                 result.top_logprob_ids, result.top_logprobs = lp.top_ids, lp.top_logprobs
