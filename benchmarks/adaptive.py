@@ -105,12 +105,13 @@ class _Counting:
         sampling: dict[str, Any],
         rid: str,
         image_data: list[str] | None = None,
+        top_logprobs: int | None = None,
     ) -> Any:
         self.started += 1
         mark = self.marks.get(self.started)
         if mark is not None:
             mark.set()
-        return await self.inner.generate(input_ids, sampling, rid, image_data)
+        return await self.inner.generate(input_ids, sampling, rid, image_data, top_logprobs)
 
 
 async def _stats(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ Parts (each module's docstring says exactly what it measures):
   (e) adaptive:        concurrency auto vs a sweep of static values, per emulator physics profile
   (f) makespan:        three partitions through the Prefect flow vs the server's peak capacity
   (g) makespan:        the flow process's CPU per record in that run
+  (h) logprob_cost:    bytes and client CPU per record with logprobs top_k 0, 1, 20 vs off
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from benchmarks import (
     adaptive,
     client_overhead,
+    logprob_cost,
     makespan,
     memory,
     results_md,
@@ -100,6 +102,7 @@ def sizes(quick: bool, scale: float) -> dict[str, Any]:
             "d_prompts": n(500),
             "e_scale": scale,
             "f_scale": max(0.02, 0.25 * scale),
+            "h_prompts": n(200),
         }
     return {
         "a_prompts": n(10_000),
@@ -113,6 +116,7 @@ def sizes(quick: bool, scale: float) -> dict[str, Any]:
         "d_prompts": n(2000),
         "e_scale": scale,
         "f_scale": scale,
+        "h_prompts": n(400),
     }
 
 
@@ -132,6 +136,8 @@ def figures(r: dict[str, Any]) -> list[Figure]:
         out += adaptive_figures(e)
     if f := r.get("f"):
         out += makespan_figures(f)
+    if h := r.get("h"):
+        out += logprob_cost.figures(h, Figure)
     return out
 
 
@@ -326,6 +332,8 @@ def details(r: dict[str, Any]) -> list[str]:
         lines += tokenize_details(d)
     if f := r.get("f"):
         lines += makespan_details(f)
+    if h := r.get("h"):
+        lines += logprob_cost.details(h)
     return lines
 
 
@@ -461,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller sizes (indicative figures)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every size (tests: 0.1)")
-    p.add_argument("--only", default="abcdef", help="parts to run, e.g. 'ad' ('f' gives (g))")
+    p.add_argument("--only", default="abcdefh", help="parts to run, e.g. 'ad' ('f' gives (g))")
     p.add_argument("--no-prefect", action="store_true", help="skip the Prefect flow overhead")
     p.add_argument("--json", type=Path, help="write every number to this file")
     p.add_argument("--markdown", action="store_true", help="also print the figures table")
@@ -509,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         ("d", "tokenization rate", lambda: tokenize_rate.measure(s["d_prompts"])),
         ("e", "auto vs static concurrency", lambda: adaptive.measure(s["e_scale"])),
         ("f", "makespan and CPU per record, Prefect flow", lambda: makespan.measure(s["f_scale"])),
+        ("h", "logprobs: bytes and CPU per record", lambda: logprob_cost.measure(s["h_prompts"])),
     ]
     for key, label, run in steps:
         if key not in args.only:

@@ -122,6 +122,9 @@ def build_fingerprint(
                 "regenerate": p.regenerate,
                 "samples": p.samples,
                 "temperatures": p.temperatures,
+                # Asking for logprobs draws the same tokens (docs/logprobs.md) but gives the
+                # records more columns; absent when off, so older fingerprints stay the same.
+                **({"logprobs": p.logprobs.model_dump()} if p.logprobs else {}),
             }
             for p in config.partitions
         },

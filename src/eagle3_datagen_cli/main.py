@@ -1,11 +1,12 @@
-"""The ``eagle3-datagen`` command: run, demo, emulator, validate, export, history, failures,
-alarm. This module parses the arguments, calls the command and turns its end into one line and
-an exit status.
+"""The ``eagle3-datagen`` command: run, demo, emulator, validate, export, history, select,
+failures, alarm. This module parses the arguments, calls the command and turns its end into one
+line and an exit status.
 
 The top layer: it starts the flows (and sets the Prefect settings a local run needs), so the
 library below never imports Prefect. Prefect is imported only by the commands that use it, so
 ``eagle3-datagen emulator`` starts fast. Each group of commands is its own module: ``run.py``
-(run, demo), ``dataset.py`` (validate, export, history), ``ops.py`` (failures, alarm).
+(run, demo), ``dataset.py`` (validate, export, history), ``select.py`` (select), ``ops.py``
+(failures, alarm).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import sys
 
 from eagle3_datagen.errors import DatagenError
-from eagle3_datagen_cli import dataset, evaluate, ops, run
+from eagle3_datagen_cli import dataset, evaluate, ops, run, select
 from eagle3_datagen_cli.console import one_line
 from eagle3_datagen_cli.signals import Interrupted
 
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run.add_commands(sub)
     dataset.add_commands(sub)
+    select.add_commands(sub)
     evaluate.add_commands(sub)
     ops.add_commands(sub)
     sub.add_parser(

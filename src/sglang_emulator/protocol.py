@@ -40,6 +40,8 @@ class Item:
     seed: int
     max_new: int
     images: bytes = b""  # digest of the request's images (image_data); b"" without
+    top_logprobs: int | None = None  # return_logprob: top_logprobs_num; None: not asked
+    logprob_text: bool = False  # return_text_in_logprobs
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,31 @@ def _check_ids(ids: Any, vocab_size: int) -> tuple[list[int], bytes]:
 
 
 # Request fields SGLang accepts that the pipeline never sends; the emulator refuses them.
-UNSUPPORTED = ("text", "input_embeds", "stream", "return_prompt_token_ids", "return_logprob")
+UNSUPPORTED = (
+    "text",
+    "input_embeds",
+    "stream",
+    "return_prompt_token_ids",
+    "token_ids_logprob",
+    "return_flat_raw_top_logprobs",
+    "return_flat_raw_output_top_logprobs",
+)
+
+
+def _logprob_request(body: dict[str, Any]) -> tuple[int | None, bool]:
+    """(top_logprobs_num, return_text_in_logprobs) of a request with ``return_logprob``,
+    (None, False) without; SGLang ignores the other logprob fields then (scheduler.py)."""
+    if not body.get("return_logprob"):
+        return None, False
+    start = body.get("logprob_start_len")
+    if start not in (None, -1):
+        raise unsupported("Prompt logprobs (logprob_start_len other than -1)")
+    top = body.get("top_logprobs_num")
+    if top is None:
+        top = 0
+    if not is_int(top) or top < 0:
+        raise invalid_type(top, "a non-negative top_logprobs_num")
+    return int(top), bool(body.get("return_text_in_logprobs"))
 
 
 def unsupported(what: str) -> GenerateValueError:
@@ -186,7 +212,8 @@ def parse_generate(
     max_new = max(0, min(requested, limits.max_req_len - n_in - 1))
     seed = sampling.sampling_seed if sampling.sampling_seed is not None else default_seed
     digest = hashlib.sha256(packed + images).digest()
-    return Item(rid, prompt, packed, digest, sampling, seed, max_new, images)
+    top, text = _logprob_request(body)
+    return Item(rid, prompt, packed, digest, sampling, seed, max_new, images, top, text)
 
 
 @dataclass(slots=True)

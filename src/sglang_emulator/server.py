@@ -34,6 +34,7 @@ from sglang_emulator.faults import FaultInjector, FaultKind, FaultRates, is_exem
 from sglang_emulator.images import KimiImages
 from sglang_emulator.latency import LatencyModel, SlotPool, Stats
 from sglang_emulator.ledger import Ledger
+from sglang_emulator.logprobs import fake_logprobs
 from sglang_emulator.metrics import Observed, load_catalogue, loads_json, prometheus_text
 from sglang_emulator.physics import PROFILES
 from sglang_emulator.protocol import (
@@ -369,12 +370,36 @@ class Emulator:
             )
         meta = meta_info(item, result.output_ids, result.finish_reason, cached)
         meta["num_retractions"] = retractions
+        if item.top_logprobs is not None:
+            meta = self._with_logprobs(meta, item, result.output_ids)
         meta["e2e_latency"] = time.monotonic() - t0
         if self.speculator is not None:  # after e2e_latency, as tokenizer_manager.py adds them
             seed = request_seed(item.digest, item.seed)
             meta.update(self.speculator.simulate(n_out, seed, retractions))
         meta["response_sent_to_client_ts"] = time.time()
         return {"text": result.text, "output_ids": result.output_ids, "meta_info": meta}
+
+    def _with_logprobs(
+        self, meta: dict[str, Any], item: Item, output_ids: list[int]
+    ) -> dict[str, Any]:
+        """``meta`` with the logprob fields where SGLang puts them: after ``num_retractions``
+        (tokenizer_manager.py adds them before the token counts)."""
+        assert item.top_logprobs is not None
+        vocab = self.vocab
+        fields = fake_logprobs(
+            output_ids,
+            item.digest + item.seed.to_bytes(8, "little", signed=True),
+            top_k=item.top_logprobs,
+            vocab_size=self.limits.vocab_size,
+            greedy=item.sampling.greedy,
+            text=(lambda t: vocab.decode([t], False)) if item.logprob_text else None,
+        )
+        out: dict[str, Any] = {}
+        for key, value in meta.items():
+            out[key] = value
+            if key == "num_retractions":
+                out.update(fields)
+        return out
 
     async def _take_slot(self) -> None:
         """Wait for a decode slot (503 when ``--max-queued-requests`` are already waiting)."""

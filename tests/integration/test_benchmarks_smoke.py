@@ -39,7 +39,7 @@ def test_quick_benchmark_prints_every_figure(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(out.read_text())
     parts = {f["part"] for f in results["figures"]}
-    assert parts == {"a", "b", "c", "d", "e", "f", "g"}
+    assert parts == {"a", "b", "c", "d", "e", "f", "g", "h"}
     for fig in results["figures"]:
         assert fig["verdict"] in ("PASS", "MISS") and fig["target"]
         assert fig["ok"] or fig["why"], "a miss states its reason"
@@ -48,3 +48,4 @@ def test_quick_benchmark_prints_every_figure(tmp_path: Path) -> None:
     assert results["a"]["pipeline_rejected"] == 0
     written = (tmp_path / "RESULTS.md").read_text()
     assert written.startswith("# Benchmark results") and "| (g) |" in written
+    assert set(results["h"]["bytes_per_record"]) == {"off", "top_k 0", "top_k 1", "top_k 20"}

@@ -81,9 +81,10 @@ class _SendOrder(SGLangClient):
         sampling_params: dict[str, Any],
         rid: str,
         image_data: list[str] | None = None,
+        top_logprobs: int | None = None,
     ) -> GenerateResult:
         self.sent.append(len(input_ids))
-        return await super().generate(input_ids, sampling_params, rid, image_data)
+        return await super().generate(input_ids, sampling_params, rid, image_data, top_logprobs)
 
 
 async def _run_in_send_order(config: PipelineConfig, url: str) -> tuple[PartitionOutput, list[int]]:

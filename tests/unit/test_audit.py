@@ -247,3 +247,50 @@ def test_a_dataset_written_before_the_spec_columns_validates(
     report = validate_dataset(tmp_path)
     assert report.ok, "\n".join(report.lines())
     assert report.records == 5
+
+
+def test_logprob_columns_that_break_the_rules_are_invalid(
+    tmp_path: Path, tk: Tok, fp: dict[str, Any]
+) -> None:
+    import math
+
+    from eagle3_datagen.sglang.logprobs import entropy_summary
+
+    out = tk.output()
+    n = len(out)
+    lps = [math.log(0.5)] * n
+    top_ids = [[t, 9] for t in out]
+    tops = [[math.log(0.5), math.log(0.25)]] * n
+    summary = entropy_summary(tops)
+    assert summary is not None
+    cols: dict[str, Any] = {
+        "output_logprobs": lps,
+        "top_logprob_ids": top_ids,
+        "top_logprobs": tops,
+        "entropy_mean": summary.mean,
+        "entropy_p90": summary.p90,
+    }
+    parts = good(tk)
+    parts["p1"].append(
+        Batch(
+            [
+                tk.record("lp-ok", "p1", out, line=7, **cols),
+                tk.record("lp-short", "p1", out, line=8, **{**cols, "output_logprobs": lps[1:]}),
+                tk.record("lp-entropy", "p1", out, line=9, **{**cols, "entropy_mean": 3.0}),
+                tk.record(
+                    "lp-mismatch",
+                    "p1",
+                    out,
+                    line=10,
+                    **{**cols, "output_logprobs": [math.log(0.125)] * n},
+                ),
+            ]
+        )
+    )
+    write_dataset(tmp_path, fp, parts)
+    p1 = part(validate_dataset(tmp_path), "p1")
+    assert dict(p1.invalid_by_reason) == {
+        "logprobs_length": 1,
+        "entropy_columns": 1,
+        "logprob_mismatch": 1,
+    }

@@ -30,6 +30,20 @@ def test_round_trip_and_a_torn_last_line_is_ignored(tmp_path: Path) -> None:
     assert not path.exists() and BatchJournal(path).load() == {}
 
 
+def test_an_answer_s_logprobs_survive_the_journal(tmp_path: Path) -> None:
+    """A resumed batch validates and records a journaled answer as if it had just arrived."""
+    path = tmp_path / "00000.jsonl"
+    answer = result(1)
+    answer.output_logprobs, answer.logprob_ids = [-0.5, -0.25, -1e-06], [1, 2, 7]
+    answer.top_logprob_ids, answer.top_logprobs = [[1, 5], [9, 2], [7]], [
+        [-0.5, -1.5], [-0.125, -0.25], [-1e-06]
+    ]  # fmt: skip
+    journal = BatchJournal(path)
+    journal.append(1, answer)
+    journal.close()
+    assert BatchJournal(path).load() == {1: answer}
+
+
 def _write_through_the_journal_thread(path: Path, keys: range) -> dict[int, GenerateResult]:
     """Appends from the event loop through JournalWriter, drained; what the file then holds."""
 

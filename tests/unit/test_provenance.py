@@ -150,3 +150,30 @@ def test_switching_the_render_reference_is_a_named_refusal(tmp_path: Path) -> No
     write_manifest(tmp_path, {"fingerprint": template, "partitions": {}})
     with pytest.raises(OutputConflictError, match="render: 'template' -> 'sglang_chat'"):
         guard_output(tmp_path, chat, ["p"])
+
+
+def test_asking_for_logprobs_refuses_records_made_without(
+    chat_tokenizer: ChatTokenizer, tokenizer_dir: Path
+) -> None:
+    """Logprobs draw the same tokens, but records committed without the columns must not count
+    as done; off, the fingerprint is the one written before the option existed."""
+
+    def fingerprint(**partition: Any) -> dict[str, Any]:
+        config = parse_config(
+            {
+                "model": {"path": str(tokenizer_dir)},
+                "partitions": [{"name": "p", "input": "p.jsonl", "tier": "SHORT", **partition}],
+            }
+        )
+        return build_fingerprint(config, chat_tokenizer, SERVER_INFO, "0.5.23")
+
+    off = fingerprint()
+    assert off["content"]["generation"]["p"] == {
+        "regenerate": "last",
+        "samples": 1,
+        "temperatures": None,
+    }
+    on = fingerprint(logprobs={"top_k": 20})
+    assert diff_content(off["content"], on["content"]) == [
+        "generation.p.logprobs: None -> {'top_k': 20}"
+    ]

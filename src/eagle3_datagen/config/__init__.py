@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from eagle3_datagen.config.loading import format_validation_error, load_config, parse_config
 from eagle3_datagen.config.model import ModelSpec, SpecialTokens, ToolCallTokens
-from eagle3_datagen.config.partitions import AUTO_PARTITION_CAP, Partition, Tier
+from eagle3_datagen.config.partitions import AUTO_PARTITION_CAP, Logprobs, Partition, Tier
 from eagle3_datagen.config.pipeline import PipelineConfig
 from eagle3_datagen.config.policies import RetryPolicy, ThroughputAlarm, ValidationPolicy
 from eagle3_datagen.config.sampling import Sampling
@@ -42,6 +42,7 @@ __all__ = [
     "REASONING_PARSER_FLAG",
     "AutoConcurrency",
     "ConfigError",
+    "Logprobs",
     "ModelSpec",
     "Partition",
     "PipelineConfig",

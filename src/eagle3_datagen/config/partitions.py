@@ -41,6 +41,24 @@ class Tier(StrictModel):
         return AUTO_PARTITION_CAP if self.concurrency == "auto" else self.concurrency
 
 
+MAX_TOP_LOGPROBS = 64  # per output token; K=20 already costs about 20x the ids' bytes
+
+
+class Logprobs(StrictModel):
+    """The target's per-token distribution, asked for in the same ``/generate`` call
+    (docs/logprobs.md): the sampled token's logprob always, the top-K alternatives when K > 0."""
+
+    top_k: int = Field(
+        title="Top-K logprobs",
+        default=0,
+        ge=0,
+        le=MAX_TOP_LOGPROBS,
+        description="Alternatives kept per output token (SGLang's top_logprobs_num). 0: only "
+        "the sampled token's logprob (column output_logprobs); K > 0 adds top_logprob_ids, "
+        "top_logprobs and the entropy estimates entropy_mean and entropy_p90.",
+    )
+
+
 class Partition(StrictModel):
     """One prompts file and the tier it runs under."""
 
@@ -73,6 +91,14 @@ class Partition(StrictModel):
         min_length=1,
         description="Cycled over the samples (sample n gets temperatures[n % len]); empty: "
         "sampling.temperature for every sample.",
+    )
+
+    logprobs: Logprobs | None = Field(
+        title="Logprobs",
+        default=None,
+        description="Off when absent. {top_k: K}: every record keeps the target's logprob of "
+        "each output token and, for K > 0, the top-K alternatives and entropy estimates "
+        "(docs/logprobs.md). The tokens drawn are the same either way.",
     )
 
     def temperature(self, sample: int, default: float) -> float:

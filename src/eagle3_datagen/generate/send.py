@@ -47,6 +47,7 @@ async def send_turn(
             policy=runner.config.retries,
             reserve_tokens=len(media.expanded if media else prompt_ids) + runner.tier.max_tokens,
             image_data=media.image_data() if media else None,
+            top_logprobs=partition.logprobs.top_k if partition.logprobs else None,
             slots=runner.semaphore,
             supervisor=runner.supervisor,
             budget=runner.budget,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from eagle3_datagen.config import Logprobs
 from eagle3_datagen.generate.conversation import TurnAt
 from eagle3_datagen.generate.earlier import Earlier
 from eagle3_datagen.generate.media import TurnImages
@@ -14,6 +15,8 @@ from eagle3_datagen.generate.send import send_turn
 from eagle3_datagen.generate.summary import Outcome
 from eagle3_datagen.inputs.prompts import Prompt
 from eagle3_datagen.sglang.client import GenerateResult
+from eagle3_datagen.sglang.logprobs import entropy_summary
+from eagle3_datagen.validate.logprobs import check_logprobs
 from eagle3_datagen.validate.tokens import ToolCallCheck, Verdict, validate_output
 from eagle3_datagen.write.journal import prompt_key
 from eagle3_datagen.write.records import Record, Reject, spec_columns
@@ -65,8 +68,9 @@ async def run_turn(
 def _validate(
     runner: PartitionRunner, prompt: Prompt, seen: list[int], result: GenerateResult
 ) -> Verdict:
-    """The output checked against what the model saw (``seen``: the ids the server counted)."""
-    return validate_output(
+    """The output checked against what the model saw (``seen``: the ids the server counted),
+    and its logprobs when the partition asks for them."""
+    verdict = validate_output(
         seen,
         result.output_ids,
         finish_type=result.finish_type,
@@ -77,6 +81,18 @@ def _validate(
         policy=runner.config.validation,
         tool_check=ToolCallCheck(runner.tokenizer.decode, prompt.tools),
     )
+    asked = runner.partition.logprobs
+    if asked is not None and verdict.accepted:
+        check_logprobs(
+            result.output_ids,
+            result.output_logprobs,
+            verdict,
+            scored_ids=result.logprob_ids,
+            top_ids=result.top_logprob_ids,
+            top_logprobs=result.top_logprobs,
+            top_k=asked.top_k,
+        )
+    return verdict
 
 
 def accepted_record(
@@ -114,7 +130,23 @@ def accepted_record(
         images=media.columns() if media else None,
         has_tools=bool(prompt.tools),
         **spec_columns(result.spec),
+        **logprob_columns(runner.partition.logprobs, result),
     )
+
+
+def logprob_columns(asked: Logprobs | None, result: GenerateResult) -> dict[str, Any]:
+    """The logprob columns of a validated answer (all null when the partition asks none)."""
+    if asked is None:
+        return {}
+    top = result.top_logprobs if asked.top_k > 0 else None
+    summary = entropy_summary(top) if top is not None else None
+    return {
+        "output_logprobs": result.output_logprobs,
+        "top_logprob_ids": result.top_logprob_ids if top is not None else None,
+        "top_logprobs": top,
+        "entropy_mean": summary.mean if summary else None,
+        "entropy_p90": summary.p90 if summary else None,
+    }
 
 
 def turn_sampling(runner: PartitionRunner, rec_id: str, temperature: float) -> dict[str, Any]:

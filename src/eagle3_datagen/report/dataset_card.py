@@ -74,6 +74,17 @@ COLUMNS: dict[str, str] = {
     "spec_accept_rate": "speculating server: correct / proposed drafts; null as above",
     "spec_correct_drafts_histogram": "speculating server: list<int32>, verify steps by number of "
     "drafts accepted; null as above",
+    "output_logprobs": "`logprobs: {top_k: K}` partitions: list<float32>, the target's logprob "
+    "of each output token (one per `output_ids` entry; SGLang's `output_token_logprobs`, of the "
+    "temperature-scaled distribution before top-p/top-k); null when not asked (docs/logprobs.md)",
+    "top_logprob_ids": "K > 0: list<list<int32>>, per output token the K likeliest ids, "
+    "highest first (entries whose probability underflowed to 0 dropped); null otherwise",
+    "top_logprobs": "K > 0: list<list<float32>>, their logprobs; the sampled token's entry, "
+    "where it is among them, equals its `output_logprobs` value; null otherwise",
+    "entropy_mean": "K > 0: the mean over output tokens of a lower-bound entropy estimate (nats) "
+    "from the top-K: the top-K's own terms plus the tail mass counted as one token; null "
+    "otherwise",
+    "entropy_p90": "K > 0: the 90th percentile (nearest rank) of the same per-token estimate",
 }
 
 
@@ -173,6 +184,7 @@ def _provenance(manifest: dict[str, Any]) -> str:
         ("fingerprint (content sha256)", fingerprint.get("content_sha256")),
         ("first written", manifest.get("first_written") or run.get("created_at")),
         ("last run started", run.get("created_at")),
+        ("selected from (eagle3-datagen select)", _selection(manifest.get("selection"))),
     ]
     lines = ["| | |", "|---|---|"]
     if emulated:  # first, in words: what made the tokens
@@ -181,6 +193,18 @@ def _provenance(manifest: dict[str, Any]) -> str:
         )
     lines += [f"| {k} | `{v}` |" for k, v in rows if v not in (None, "")]
     return "\n".join(lines)
+
+
+def _selection(sel: dict[str, Any] | None) -> str | None:
+    """A selection's source, rule and seed in one line (docs/select.md); None for a run."""
+    if not sel:
+        return None
+    params = "".join(f", {k}={v}" for k, v in (sel.get("params") or {}).items())
+    return (
+        f"{sel.get('source')} (content sha256 {str(sel.get('source_content_sha256'))[:12]}): "
+        f"rule {sel.get('rule')}{params}, keep {sel.get('keep')} of each partition's "
+        f"conversations, seed {sel.get('seed')}"
+    )
 
 
 def _speculation(server_args: dict[str, Any]) -> str | None:

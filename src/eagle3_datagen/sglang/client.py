@@ -32,6 +32,7 @@ from eagle3_datagen.errors import (
     RejectedRequestError,
     RetryableRequestError,
 )
+from eagle3_datagen.sglang.logprobs import parse_logprobs, request_fields
 from eagle3_datagen.sglang.speculative import META_FIELDS
 
 # uvicorn (SGLang's HTTP server) closes idle connections after 5 s; reusing one it is closing
@@ -62,15 +63,23 @@ class GenerateResult:
     # The speculative decoding fields of meta_info, as sent (speculative.META_FIELDS); None
     # when there are none: the server does not speculate, or the request had no verify step.
     spec: dict[str, Any] | None = None
+    # Asked for with ``logprobs`` (sglang/logprobs.py), as sent: the sampled token's logprob
+    # and the id SGLang scored per output token; with top_k > 0 the alternatives, highest first.
+    # None when not asked. A null logprob is SGLang's JSON for -inf or NaN.
+    output_logprobs: list[float | None] | None = None
+    logprob_ids: list[int] | None = None
+    top_logprob_ids: list[list[int]] | None = None
+    top_logprobs: list[list[float]] | None = None  # null entries (-inf) dropped
 
     @classmethod
-    def from_json(cls, item: dict[str, Any]) -> GenerateResult:
-        """Parse one response item; a malformed body is a retryable server fault."""
+    def from_json(cls, item: dict[str, Any], top_k: int | None = None) -> GenerateResult:
+        """Parse one response item (``top_k``: the logprobs asked for, None: none); a
+        malformed body is a retryable server fault."""
         try:
             meta = item["meta_info"]
             output_ids = item["output_ids"]
             finish = meta.get("finish_reason") or {}
-            return cls(
+            result = cls(
                 rid=str(meta.get("id", "")),
                 output_ids=output_ids,
                 finish_type=str(finish.get("type", "abort")),
@@ -85,7 +94,15 @@ class GenerateResult:
                 if "spec_verify_ct" in meta
                 else None,
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            # An abort may end before any logprob (the caller retries or rejects it anyway).
+            if top_k is not None and (
+                result.finish_type != "abort" or "output_token_logprobs" in meta
+            ):
+                lp = parse_logprobs(meta, top_k)
+                result.output_logprobs, result.logprob_ids = lp.logprobs, lp.token_ids
+                result.top_logprob_ids, result.top_logprobs = lp.top_ids, lp.top_logprobs
+            return result
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
             raise RetryableRequestError(f"malformed /generate response: {err!r}") from None
 
 
@@ -266,9 +283,11 @@ class SGLangClient(ClosedOnExit):
         sampling_params: dict[str, Any],
         rid: str,
         image_data: list[str] | None = None,
+        top_logprobs: int | None = None,
     ) -> GenerateResult:
         """Send one prompt as token ids (its images, if any, in ``image_data`` in placeholder
-        order); return the raw output ids and finish reason."""
+        order); return the raw output ids and finish reason. ``top_logprobs``: ask for the
+        output logprobs with that many alternatives per token (None: none)."""
         payload: dict[str, Any] = {
             "input_ids": input_ids,
             "sampling_params": sampling_params,
@@ -276,6 +295,8 @@ class SGLangClient(ClosedOnExit):
         }
         if image_data:
             payload["image_data"] = image_data
+        if top_logprobs is not None:
+            payload.update(request_fields(top_logprobs))
         status, body = await self._post_generate(orjson.dumps(payload))
         raise_for_generate_status(status, body)
         try:
@@ -284,7 +305,7 @@ class SGLangClient(ClosedOnExit):
             raise RetryableRequestError("/generate returned a body that is not JSON") from None
         if not isinstance(data, dict):
             raise RetryableRequestError(f"/generate returned {type(data).__name__}, not an object")
-        return GenerateResult.from_json(data)
+        return GenerateResult.from_json(data, top_logprobs)
 
     async def _get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
         timeout = aiohttp.ClientTimeout(total=timeout_s)

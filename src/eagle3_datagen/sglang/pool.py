@@ -76,11 +76,14 @@ class ServerPool(ClosedOnExit):
         sampling_params: dict[str, Any],
         rid: str,
         image_data: list[str] | None = None,
+        top_logprobs: int | None = None,
     ) -> GenerateResult:
         member = self._pick()
         member.in_flight += 1
         try:
-            result = await member.client.generate(input_ids, sampling_params, rid, image_data)
+            result = await member.client.generate(
+                input_ids, sampling_params, rid, image_data, top_logprobs
+            )
         except RetryableRequestError as err:
             if err.status is None:
                 member.failures += 1

@@ -33,6 +33,7 @@ class GenerateClient(Protocol):
         sampling_params: dict[str, Any],
         rid: str,
         image_data: list[str] | None = None,
+        top_logprobs: int | None = None,
     ) -> GenerateResult: ...
 
 
@@ -56,6 +57,7 @@ async def generate_with_retries(
     share: str = "",
     on_retry: Callable[[], None] | None = None,
     image_data: list[str] | None = None,
+    top_logprobs: int | None = None,
 ) -> GenerateResult:
     """Send one request until it succeeds; each try's rid is ``rid(attempt)``, or
     ``<rid>:<attempt>`` for a string (SGLang refuses a rid it still holds, so no two tries share
@@ -64,7 +66,8 @@ async def generate_with_retries(
     Waits, in order, for a slot of ``slots``, for the ``supervisor`` (while a lost server is
     recovered) and for ``reserve_tokens`` of the ``budget`` (queued with the ``share``, the
     partition, so partitions get fair places). ``on_retry`` is called for every
-    failed try that is retried. An ``abort`` on the last try is returned as it is (the caller's
+    failed try that is retried. ``top_logprobs``: ask for output logprobs (client.generate).
+    An ``abort`` on the last try is returned as it is (the caller's
     validation rejects it). Raises :class:`RetriesExhaustedError` when the tries run out.
     """
     last_error = ""
@@ -81,7 +84,9 @@ async def generate_with_retries(
                     else contextlib.nullcontext()
                 ):
                     try_rid = rid(attempt) if callable(rid) else f"{rid}:{attempt}"
-                    request = client.generate(input_ids, sampling, try_rid, image_data)
+                    request = client.generate(
+                        input_ids, sampling, try_rid, image_data, top_logprobs
+                    )
                     result = await (
                         supervisor.guard(request) if supervisor is not None else request
                     )

@@ -17,10 +17,12 @@ from typing import Any
 from eagle3_datagen.config import ValidationPolicy
 from eagle3_datagen.errors import DatasetError
 from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.sglang.logprobs import entropy_summary
+from eagle3_datagen.validate.logprobs import check_logprobs
 from eagle3_datagen.validate.tokens import Verdict, validate_output
 from eagle3_datagen.write.dataset_dir import DatasetDir, Shard, iter_rows
 from eagle3_datagen.write.manifest import summarize
-from eagle3_datagen.write.records import SPEC_COLUMNS
+from eagle3_datagen.write.records import LOGPROB_COLUMNS, SPEC_COLUMNS
 from eagle3_datagen.write.shards import BatchSummary
 
 RECORD_COLUMNS = (
@@ -43,6 +45,7 @@ TURN_COLUMNS = (
     "model_prompt_ids",
     "images",
     *SPEC_COLUMNS,
+    *LOGPROB_COLUMNS,
 )
 MAX_EXAMPLES = 20  # invalid records listed per partition; all are counted
 
@@ -87,6 +90,8 @@ def check_record(
         )
     if (problem := spec_problem(row)) is not None:
         v.fail("spec_fields", problem)
+    if row.get("output_logprobs") is not None:
+        _check_logprob_columns(row, v)
     images = row.get("images") or []
     if seen is not None:
         want = len(row["prompt_ids"]) - len(images) + sum(i["tokens"] for i in images)
@@ -97,6 +102,31 @@ def check_record(
                 f"{len(images)} image(s) expanded make {want}",
             )
     return v
+
+
+def _check_logprob_columns(row: dict[str, Any], v: Verdict) -> None:
+    """The live logprob checks on the stored columns, and the entropy columns recomputed."""
+    top = row.get("top_logprobs")
+    k = max((len(ids) for ids in row.get("top_logprob_ids") or ()), default=0)
+    check_logprobs(
+        row["output_ids"],
+        row["output_logprobs"],
+        v,
+        top_ids=row.get("top_logprob_ids"),
+        top_logprobs=top,
+        top_k=k if top is not None else 0,
+    )
+    summary = entropy_summary(top) if top is not None and v.accepted else None
+    stored = (row.get("entropy_mean"), row.get("entropy_p90"))
+    if summary is not None and not all(
+        s is not None and abs(s - want) <= 1e-4
+        for s, want in zip(stored, (summary.mean, summary.p90), strict=True)
+    ):
+        v.fail(
+            "entropy_columns",
+            f"entropy_mean, entropy_p90 stored {stored}, the top-K gives "
+            f"({summary.mean:.6f}, {summary.p90:.6f})",
+        )
 
 
 def spec_problem(row: dict[str, Any]) -> str | None:
@@ -244,6 +274,8 @@ def validate_dataset(
 def _audit_partition(
     ds: DatasetDir, name: str, ids: TokenIds, policy: ValidationPolicy
 ) -> PartitionAudit:
+    """One partition's shards re-read; a selection (``eagle3-datagen select``) drops whole
+    lines by design, so only its records' lines are checked against their batch."""
     audit = PartitionAudit(name)
     shards, audit.problems = ds.shards(name)
     seen: set[str] = set()
@@ -254,7 +286,8 @@ def _audit_partition(
             if problem:
                 audit.problems.append(problem)
         try:
-            batches.append(_audit_shard(shard, ids, policy, seen, audit))
+            selected = "selection" in ds.manifest
+            batches.append(_audit_shard(shard, ids, policy, seen, audit, selected))
         except DatasetError as err:
             audit.problems.append(str(err))
     audit.summary = summarize(name, batches)
@@ -263,7 +296,12 @@ def _audit_partition(
 
 
 def _audit_shard(
-    shard: Shard, ids: TokenIds, policy: ValidationPolicy, seen: set[str], audit: PartitionAudit
+    shard: Shard,
+    ids: TokenIds,
+    policy: ValidationPolicy,
+    seen: set[str],
+    audit: PartitionAudit,
+    selected: bool = False,
 ) -> BatchSummary:
     """Validate one shard's records; its stats as a BatchSummary (for ``summarize``)."""
     m = shard.marker
@@ -312,8 +350,9 @@ def _audit_shard(
             f"{shard.path}: holds {b.accepted} records and {b.rejected} rejects, its commit "
             f"marker says {m.accepted} and {m.rejected}"
         )
-    missing = set(range(m.first_line, m.first_line + m.lines)) - lines
-    if missing or len(lines) != m.lines:
+    batch = set(range(m.first_line, m.first_line + m.lines))
+    missing = set() if selected else batch - lines
+    if missing or (lines - batch) or (not selected and len(lines) != m.lines):
         # A line gives one record or reject, or with several turns or samples several: never
         # none, and never one of a line outside the batch.
         audit.problems.append(

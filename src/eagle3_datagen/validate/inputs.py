@@ -74,7 +74,8 @@ def _check_partition(ds: DatasetDir, name: str, tokenizer: ChatTokenizer) -> lis
         prompts: list[Prompt] = []
         for line, raw in read_batch(spec):
             if line not in seen:
-                missing.append(line)
+                if "selection" not in ds.manifest:  # a selection drops whole lines by design
+                    missing.append(line)
                 continue
             parsed = parse_prompt(raw, line)
             if isinstance(parsed, Prompt):

@@ -74,7 +74,24 @@ RECORD_SCHEMA = pa.schema(
         pa.field("spec_accept_length", pa.float64()),
         pa.field("spec_accept_rate", pa.float64()),
         pa.field("spec_correct_drafts_histogram", pa.list_(pa.int32())),
+        # The target's distribution (docs/logprobs.md), when the partition asks for it
+        # (`logprobs: {top_k: K}`); null otherwise. Per output token: the sampled token's
+        # logprob; with K > 0 the top-K ids and logprobs (highest first), and per record the
+        # mean and 90th percentile of a per-token entropy estimate from the top-K (nats).
+        pa.field("output_logprobs", pa.list_(pa.float32())),
+        pa.field("top_logprob_ids", pa.list_(pa.list_(pa.int32()))),
+        pa.field("top_logprobs", pa.list_(pa.list_(pa.float32()))),
+        pa.field("entropy_mean", pa.float64()),
+        pa.field("entropy_p90", pa.float64()),
     ]
+)
+# The record columns above that hold the target's distribution.
+LOGPROB_COLUMNS = (
+    "output_logprobs",
+    "top_logprob_ids",
+    "top_logprobs",
+    "entropy_mean",
+    "entropy_p90",
 )
 # The record columns above that hold speculative decoding fields, named as in meta_info.
 SPEC_COLUMNS = (
@@ -135,6 +152,11 @@ class Record:
     spec_accept_length: float | None = None
     spec_accept_rate: float | None = None
     spec_correct_drafts_histogram: list[int] | None = None
+    output_logprobs: list[float] | None = None
+    top_logprob_ids: list[list[int]] | None = None
+    top_logprobs: list[list[float]] | None = None
+    entropy_mean: float | None = None
+    entropy_p90: float | None = None
 
     def __post_init__(self) -> None:
         if not self.conversation_id:

@@ -1,0 +1,54 @@
+"""``eagle3-datagen select``: a new dataset of the conversations a rule ranks first (offline:
+no Prefect, no server; docs/select.md)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+RULES = ("flatness", "deviation", "acceptance", "random")
+
+
+def cmd_select(args: argparse.Namespace) -> int:
+    from eagle3_datagen.select.output import select_dataset
+
+    outcome = select_dataset(args.dataset, args.output, args.by, args.keep, args.seed)
+    params = ", ".join(f"{k}={v}" for k, v in outcome.request.params.items())
+    rule = f"{outcome.request.rule}" + (f" ({params})" if params else "")
+    for name, choice in outcome.partitions.items():
+        unscored = f", {choice.unscored} without a score" if choice.unscored else ""
+        print(f"{name}: kept {len(choice.kept)} of {choice.conversations} conversations{unscored}")
+    verb = "already selected" if outcome.already_done else "selected"
+    print(f"{verb} by {rule}, keep {args.keep}, seed {args.seed} -> {outcome.root}")
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    select = sub.add_parser(
+        "select",
+        help="write a new dataset of the conversations a rule ranks first (docs/select.md)",
+    )
+    select.add_argument("dataset", metavar="DATASET", help="a finished run's output directory")
+    select.add_argument(
+        "--by",
+        required=True,
+        choices=RULES,
+        metavar="RULE",
+        help="flatness (highest target entropy; needs logprobs top_k > 0), deviation (most "
+        "draft tokens rejected, or without a draft lowest p(sampled)), acceptance (lowest "
+        f"accept length; needs server.speculative), random (the control): one of {RULES}",
+    )
+    select.add_argument(
+        "--keep",
+        required=True,
+        type=float,
+        metavar="FRACTION",
+        help="the fraction of each partition's conversations to keep, in (0, 1]",
+    )
+    select.add_argument(
+        "--output", required=True, metavar="DIR", help="the new dataset's directory"
+    )
+    select.add_argument(
+        "--seed", type=int, default=0, help="seed of the random rule and of every tie-break"
+    )
+    select.set_defaults(func=cmd_select)

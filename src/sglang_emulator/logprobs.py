@@ -1,0 +1,84 @@
+"""SGLang 0.5.23's logprob fields for the fake model's tokens: a deterministic made-up
+distribution per output token, in SGLang's shapes (``TokenizerManager.add_logprob_to_meta_info``:
+``[logprob, token_id, text|null]`` triples, top-K lists highest first).
+
+The tokens are drawn as before; only the distribution around each is invented. Per position the
+probabilities fall geometrically from the top (the rest of the vocabulary holds what they leave),
+the sampled token sits at rank 0 mostly, lower sometimes, past the top-K now and then (always
+rank 0 when greedy), and its logprob is its rank's, so it equals its top-K entry when there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+Triple = list[Any]  # [logprob, token_id, text | None], as SGLang's tuples serialize
+
+
+def _ranks(rng: random.Random, k: int, greedy: bool) -> tuple[list[float], int]:
+    """Probabilities of ranks 0..k (k + 1 of them) and the sampled token's rank."""
+    ratio = rng.uniform(0.05, 0.7)
+    mass = rng.uniform(0.5, 0.99)  # the geometric series' total; the rest is the tail
+    first = (1.0 - ratio) * mass
+    probs = [first * ratio**j for j in range(k + 1)]
+    u = rng.random()
+    if greedy or u < 0.75:
+        rank = 0
+    elif u < 0.9:
+        rank = 1
+    else:
+        rank = rng.randint(1, k)
+    return probs, rank
+
+
+def fake_logprobs(
+    output_ids: list[int],
+    seed_key: bytes,
+    *,
+    top_k: int,
+    vocab_size: int,
+    greedy: bool,
+    text: Callable[[int], str] | None = None,
+) -> dict[str, Any]:
+    """The ``meta_info`` logprob fields for ``output_ids`` (prompt logprobs: none, as with
+    ``logprob_start_len`` -1). ``seed_key``: the same request gets the same numbers."""
+    rng = random.Random(hashlib.blake2b(seed_key, digest_size=8).digest())
+    sampled: list[float] = []
+    rows: list[list[tuple[float, int]]] = []
+    for token in output_ids:
+        probs, rank = _ranks(rng, max(top_k, 1), greedy)
+        lps = array("f", [math.log(p) for p in probs]).tolist()  # float32, as SGLang's tensors
+        sampled.append(lps[rank])
+        if top_k > 0:
+            others = iter(_others(rng, token, top_k, vocab_size))
+            rows.append([(lps[j], token if j == rank else next(others)) for j in range(top_k)])
+
+    def triple(lp: float, tid: int) -> Triple:
+        return [lp, tid, text(tid) if text is not None else None]
+
+    meta: dict[str, Any] = {
+        "input_token_logprobs": [],
+        "output_token_logprobs": [triple(lp, t) for lp, t in zip(sampled, output_ids, strict=True)],
+        "output_token_logprobs_length": len(output_ids),
+    }
+    if top_k > 0:
+        meta["input_top_logprobs"] = []
+        meta["output_top_logprobs"] = [[triple(lp, t) for lp, t in row] for row in rows]
+    return meta
+
+
+def _others(rng: random.Random, token: int, k: int, vocab_size: int) -> list[int]:
+    """``k`` distinct ids other than ``token``."""
+    chosen: set[int] = set()
+    out: list[int] = []
+    while len(out) < k and len(chosen) < vocab_size - 1:
+        tid = rng.randrange(vocab_size)
+        if tid != token and tid not in chosen:
+            chosen.add(tid)
+            out.append(tid)
+    return out
