@@ -25,6 +25,14 @@ import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    TaskRunFilter,
+    TaskRunFilterFlowRunId,
+    TaskRunFilterState,
+    TaskRunFilterStateType,
+)
+from prefect.client.schemas.objects import StateType
 from prefect.exceptions import TerminationSignal
 from prefect.states import Cancelled, State
 
@@ -74,6 +82,24 @@ def stopped_run(err: BaseException, outcome: RunOutcome) -> State[Any]:
     if not isinstance(err, asyncio.CancelledError) or supervised():
         raise err
     return cancelled(outcome.cancelled_message())
+
+
+async def cancel_crashed_tasks(flow_run_id: Any, message: str) -> int:
+    """Set Cancelled the task runs of ``flow_run_id`` that a stop left Crashed; how many.
+
+    A stop that lands while a batch task is still starting (Prefect's engine creating the
+    task run, before our code runs) is recorded Crashed, "Execution was cancelled by the
+    runtime environment": the engine, not our code, received the cancellation. The batch was
+    stopped like the others, so it says so. Called once every batch of the flow run ended."""
+    crashed = TaskRunFilter(
+        flow_run_id=TaskRunFilterFlowRunId(any_=[flow_run_id]),
+        state=TaskRunFilterState(type=TaskRunFilterStateType(any_=[StateType.CRASHED])),
+    )
+    async with get_client() as client:
+        runs = await client.read_task_runs(task_run_filter=crashed)
+        for run in runs:
+            await client.set_task_run_state(run.id, Cancelled(message=message), force=True)
+    return len(runs)
 
 
 def _on_sigterm() -> None:

@@ -77,10 +77,14 @@ async def mark_cancelled(flow_run_id: Any, why: str) -> None:
     A fan-out's partition jobs are deployment runs that workers run in their own processes:
     a running one is set Cancelling, which is what makes its worker stop the job's process
     (whose hooks stop its server) and then mark it Cancelled; Cancelled straight away would
-    leave it generating on its node. One not yet running is set Cancelled."""
+    leave it generating on its node. One not yet running is set Cancelled. A batch task the
+    stop caught while Prefect was starting it, recorded Crashed, is set Cancelled too (its
+    subflow does the same as it ends; this is the check once everything has ended)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
     from prefect.states import Cancelled, Cancelling
+
+    from eagle3_datagen_flows.stopping import cancel_crashed_tasks
 
     async with get_client() as client:
         subs = await client.read_flow_runs(
@@ -98,3 +102,6 @@ async def mark_cancelled(flow_run_id: Any, why: str) -> None:
             running = job and run.state is not None and run.state.is_running()
             state: Any = Cancelling(message=why) if running else Cancelled(message=why)
             await client.set_flow_run_state(run.id, state, force=True)
+    for sub in subs:
+        if sub.deployment_id is None:  # a subflow of this process (a job's are its worker's)
+            await cancel_crashed_tasks(sub.id, f"{why}, as this batch started")

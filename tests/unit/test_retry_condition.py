@@ -15,7 +15,7 @@ from eagle3_datagen.errors import (
     RetriesExhaustedError,
     ServerLost,
 )
-from eagle3_datagen_tasks.batch import generate_batch, retry_if_it_can_help
+from eagle3_datagen_tasks.batch import generate_batch, retry_delay_s, retry_if_it_can_help
 
 
 def _as_task_raises(cause: BaseException) -> BaseException:
@@ -54,3 +54,8 @@ def test_only_request_failures_are_retried(cause: BaseException, retried: bool) 
 def test_the_batch_task_carries_the_condition_through_with_options() -> None:
     task = generate_batch.with_options(retries=3, retry_delay_seconds=[1, 2, 3])
     assert task.retry_condition_fn is retry_if_it_can_help
+
+
+@pytest.mark.parametrize(("attempt", "wait"), [(1, 0.0), (2, 10.0), (3, 60.0), (5, 60.0)])
+def test_a_retry_waits_the_configured_delay_the_last_repeating(attempt: int, wait: float) -> None:
+    assert retry_delay_s([10.0, 60.0], attempt) == wait
