@@ -70,6 +70,9 @@ async def test_select_keeps_whole_conversations_by_the_rule(
     source = await _dataset(tmp_path / "src", emu.wait_ready(), {"top_k": 5})
     src_rows = records(source, "p")
     assert validate_dataset(source).ok  # the logprob columns pass the offline checks too
+    # Two rows per input line (two samples) are the line's, not a line twice.
+    with_inputs = validate_dataset(source, inputs=True)
+    assert with_inputs.ok, with_inputs.lines()
     groups = _by_conversation(src_rows)
     assert len(groups) == 16 and all(len(g) == 2 for g in groups.values())  # two samples
 

@@ -22,6 +22,39 @@ from eagle3_datagen.write.dataset_dir import DatasetDir, iter_rows
 MAX_PROBLEMS = 20  # per partition; the count is always given
 
 
+def _lines_in(
+    ds: DatasetDir, name: str
+) -> tuple[dict[int, tuple[str | None, list[int] | None]], list[int]]:
+    """Per input line: its conversation id and its first turn's prompt ids (None for a line
+    only rejected); and the lines with some turn and sample twice. A line has one row per
+    generated turn and sample (``samples``, ``regenerate: all_turns``)."""
+    seen: dict[int, tuple[str | None, list[int] | None]] = {}
+    keys: set[tuple[int, int, int]] = set()
+    twice: list[int] = []
+    shards, _ = ds.shards(name)
+    for shard in shards:
+        cols = ("conversation_id", "prompt_ids", "source_line", "turn", "sample")
+        rows = list(iter_rows(shard.path, cols))
+        if shard.rejects_path is not None:
+            rejects = iter_rows(shard.rejects_path, ("id", "source_line", "turn", "sample"))
+            rows += [{**r, "conversation_id": None, "prompt_ids": None} for r in rejects]
+        for row in rows:
+            line = int(row["source_line"])
+            key = (line, int(row["turn"] or 0), int(row["sample"] or 0))
+            if key in keys:
+                twice.append(line)
+            keys.add(key)
+            conv, first = seen.get(line, (None, None))
+            if row["conversation_id"] is not None:  # a reject's id may be a turn's, not the line's
+                conv = conv or row["conversation_id"]
+            elif conv is None and row.get("turn") is None:
+                conv = row.get("id")  # an input reject: the line's own id
+            if key[1] == 0 and first is None:
+                first = row["prompt_ids"]
+            seen[line] = (conv, first)
+    return seen, twice
+
+
 def check_inputs(ds: DatasetDir, tokenizer: ChatTokenizer) -> dict[str, list[str]]:
     """Problems per partition (empty lists when the dataset matches its inputs)."""
     return {name: _check_partition(ds, name, tokenizer) for name in ds.partitions()}
@@ -52,22 +85,9 @@ def _check_partition(ds: DatasetDir, name: str, tokenizer: ChatTokenizer) -> lis
             f"{now.sha256[:12]} now): rerun the pipeline to bring the dataset up to date"
         )
 
-    # Every line once, on its line, with its id; every record the current render of its line.
-    shards, _ = ds.shards(name)
-    seen: dict[int, tuple[str | None, list[int] | None]] = {}
-    twice: list[int] = []
-    for shard in shards:
-        rows = list(iter_rows(shard.path, ("id", "prompt_ids", "source_line")))
-        if shard.rejects_path is not None:
-            rows += [
-                {**r, "prompt_ids": None}
-                for r in iter_rows(shard.rejects_path, ("id", "source_line"))
-            ]
-        for row in rows:
-            line = int(row["source_line"])
-            if line in seen:
-                twice.append(line)
-            seen[line] = (row["id"], row["prompt_ids"])
+    # Every (line, turn, sample) once, with its line's id; every first turn the current render
+    # of its line (later turns' prompts hold the model's own earlier turns).
+    seen, twice = _lines_in(ds, name)
     mismatched: list[str] = []
     missing: list[int] = []
     for spec in scan.batches:
