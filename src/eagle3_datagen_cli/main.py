@@ -1,6 +1,6 @@
 """The ``eagle3-datagen`` command: run, demo, emulator, validate, export, history, coverage,
-failures, alarm. This module parses the arguments, calls the command and turns its end into one line and
-an exit status.
+failures, alarm. This module parses the arguments, calls the command and turns its end into one
+line and an exit status.
 
 The top layer: it starts the flows (and sets the Prefect settings a local run needs), so the
 library below never imports Prefect. Prefect is imported only by the commands that use it, so

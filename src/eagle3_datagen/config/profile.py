@@ -9,6 +9,7 @@ that do not sum to 1.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Annotated
 
@@ -66,7 +67,7 @@ def _check_shares(shares: dict[str, float], what: str) -> None:
 
 def _check_buckets(shares: dict[str, float], what: str) -> dict[str, float]:
     ranges = sorted((parse_bucket(label), label) for label in shares)
-    for ((_, hi), a), ((lo, _), b) in zip(ranges, ranges[1:], strict=False):
+    for ((_, hi), a), ((lo, _), b) in itertools.pairwise(ranges):
         if hi is None or hi >= lo:
             raise ValueError(f"{what} buckets {a!r} and {b!r} overlap")
     _check_shares(shares, what)
@@ -146,8 +147,7 @@ class ServingProfile(StrictModel):
 
     @model_validator(mode="after")
     def _not_empty(self) -> ServingProfile:
-        dims = ("modes", "tools", "tool_results", "images", "turns")
-        dims += ("input_tokens", "output_tokens", "languages")
+        dims = [name for name in type(self).model_fields if name != "tolerance"]
         if all(getattr(self, d) is None for d in dims):
             raise ValueError(f"a serving profile declares at least one of {', '.join(dims)}")
         return self

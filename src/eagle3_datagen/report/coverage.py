@@ -54,8 +54,8 @@ _NON_LATIN_MIN = 0.1  # share of letters a non-Latin script needs to name the pr
 UNKNOWN = "unknown"
 OTHER = "other"
 WITH = "with"
-_COLUMNS = ("mode", "has_tools", "has_tool_results", "images", "user_turns")
-_COLUMNS += ("prompt_tokens", "completion_tokens")
+_COLUMNS: tuple[str, ...] = ("mode", "has_tools", "has_tool_results", "images", "user_turns")
+_COLUMNS = (*_COLUMNS, "prompt_tokens", "completion_tokens")
 _SCRIPT_RANGES = (
     ("greek", 0x370, 0x3FF),
     ("cyrillic", 0x400, 0x52F),

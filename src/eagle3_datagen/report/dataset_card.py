@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from eagle3_datagen.provenance import EMULATOR, recorded_server_kind
 from eagle3_datagen.config import ServingProfile
+from eagle3_datagen.provenance import EMULATOR, recorded_server_kind
 from eagle3_datagen.report.acceptance import acceptance_markdown, read_acceptance
 from eagle3_datagen.report.coverage import Coverage, coverage_markdown
 from eagle3_datagen.report.data_picture import (
