@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from eagle3_datagen.config.loading import format_validation_error, load_config, parse_config
 from eagle3_datagen.config.model import ModelSpec, SpecialTokens, ToolCallTokens
-from eagle3_datagen.config.partitions import AUTO_PARTITION_CAP, Partition, Tier
+from eagle3_datagen.config.partitions import AUTO_PARTITION_CAP, NearDuplicates, Partition, Tier
 from eagle3_datagen.config.pipeline import PipelineConfig
 from eagle3_datagen.config.policies import RetryPolicy, ThroughputAlarm, ValidationPolicy
 from eagle3_datagen.config.profile import SCRIPTS, ServingProfile, parse_bucket
@@ -46,6 +46,7 @@ __all__ = [
     "AutoConcurrency",
     "ConfigError",
     "ModelSpec",
+    "NearDuplicates",
     "Partition",
     "PipelineConfig",
     "RetryPolicy",

@@ -41,6 +41,26 @@ class Tier(StrictModel):
         return AUTO_PARTITION_CAP if self.concurrency == "auto" else self.concurrency
 
 
+class NearDuplicates(StrictModel):
+    """What the input scan does with prompts that repeat an earlier line's (docs/coverage.md)."""
+
+    policy: Literal["keep", "drop", "off"] = Field(
+        default="keep",
+        title="Policy",
+        description="keep: report them (log, near_duplicates.jsonl, manifest, card) and "
+        "generate them; drop: report them and reject them as duplicate_prompt or "
+        "near_duplicate, naming the line they repeat; off: do not look.",
+    )
+    threshold: float = Field(
+        default=0.9,
+        ge=0.5,
+        le=1.0,
+        title="Similarity threshold",
+        description="Estimated Jaccard similarity of word 3-grams (system prompt and tools "
+        "left out) from which a prompt counts as a near duplicate.",
+    )
+
+
 class Partition(StrictModel):
     """One prompts file and the tier it runs under."""
 
@@ -73,6 +93,13 @@ class Partition(StrictModel):
         min_length=1,
         description="Cycled over the samples (sample n gets temperatures[n % len]); empty: "
         "sampling.temperature for every sample.",
+    )
+
+    near_duplicates: NearDuplicates = Field(
+        title="Near-duplicate prompts",
+        default_factory=NearDuplicates,
+        description="Prompts equal after normalisation, or nearly equal (MinHash), to an "
+        "earlier line: found when the input is scanned, reported with both lines.",
     )
 
     def temperature(self, sample: int, default: float) -> float:

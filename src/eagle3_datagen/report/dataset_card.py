@@ -207,17 +207,27 @@ def _counts(pictures: list[PartitionPicture], manifest: dict[str, Any]) -> str:
     entries = manifest.get("partitions", {})
     lines = [
         "| partition | status | input lines done | accepted | rejected | truncated | "
-        "output tokens |",
-        "|---|---|---|---|---|---|---|",
+        "output tokens | repeated prompts (exact / near) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for p in pictures:
         entry = entries.get(p.partition, {})
         tokens = sum(p.output.values)
         lines.append(
             f"| {p.partition} | {entry.get('status', '-')} | {p.input_lines} | {p.accepted} | "
-            f"{p.rejected} | {p.truncated} ({p.truncation_rate:.1%}) | {tokens} |"
+            f"{p.rejected} | {p.truncated} ({p.truncation_rate:.1%}) | {tokens} | "
+            f"{_repeated(entry.get('input') or {})} |"
         )
     return "\n".join(lines)
+
+
+def _repeated(scan: dict[str, Any]) -> str:
+    """The input scan's repeated prompts and what its policy did (docs/coverage.md)."""
+    policy = scan.get("near_duplicates_policy") or "off"
+    if policy == "off":
+        return "not looked for"
+    counts = f"{scan.get('exact_duplicates', 0)} / {scan.get('near_duplicates', 0)}"
+    return f"{counts}, {'dropped' if policy == 'drop' else 'kept'}"
 
 
 def _acceptance(output_dir: str | Path, names: list[str]) -> list[str]:
