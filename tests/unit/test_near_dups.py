@@ -14,7 +14,7 @@ import pytest
 
 from eagle3_datagen.config import NearDuplicates, load_config
 from eagle3_datagen.errors import ConfigError
-from eagle3_datagen.inputs.near_dups import normalize, similar_summary
+from eagle3_datagen.inputs.near_dups import minhash, normalize, shingles, similar_summary
 from eagle3_datagen.inputs.scan import scan_input
 
 _WORDS = [f"word{i}" for i in range(3000)]
@@ -125,3 +125,17 @@ def test_policy_errors_name_file_and_line(tmp_path: Path, policy: str, needle: s
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert f"{path}:6: partitions.0.{needle}" in str(info.value)
+
+
+def test_signatures_are_datasketchs_minhash() -> None:
+    """The many-at-once MinHash gives what datasketch.MinHash gives each prompt alone."""
+    from datasketch import MinHash
+
+    texts = ["one two three four five", " ".join(_WORDS * 6), "a b", "今天天气很好我们去公园"]
+    docs = [shingles(t) for t in texts]  # the second spans two blocks of 16k shingles
+    together = minhash(docs)
+    for doc, sig in zip(docs, together, strict=True):
+        alone = MinHash(num_perm=64, seed=1, scheme="legacy", hashfunc=int)
+        alone.update_batch(doc.tolist())
+        assert sig.tolist() == alone.hashvalues.tolist()
+    assert len(docs[2]) == 1 and len(docs[3]) == 9  # two words: one shingle; CJK by character

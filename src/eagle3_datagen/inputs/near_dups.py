@@ -8,16 +8,20 @@ Memory is what decides the design, since a partition can hold a million prompts.
 finder keeps an 8-byte hash of the normalised prompt (exact duplicates: sorted, like
 :class:`~eagle3_datagen.inputs.prompts.DuplicateFinder`) and a 64-byte signature: the low 8
 bits of each of 64 MinHash values computed by ``datasketch`` (b-bit minwise hashing, Li and
-Koenig 2010), about 72 MB at a million lines. LSH bands are 8 of those bytes read as one
+Koenig 2010), about 72 MB at a million lines. The MinHash is datasketch's (its permutations
+and formula, checked against ``datasketch.MinHash`` by a test), computed for thousands of
+prompts in one numpy pass instead of one object per prompt. LSH bands are 8 of those bytes as one
 uint64; lines that share a band are candidates, and a candidate is a near duplicate when its
 estimated Jaccard similarity (of word 3-gram sets) reaches the threshold.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
+import zlib
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,6 +32,10 @@ import numpy as np
 NUM_PERM = 64
 BAND = 8  # signature bytes per LSH band: 8 bands of 8
 _CHUNK = 4096  # lines whose MinHash is computed in one call
+_BLOCK = 1 << 14  # shingles permuted at once: 16k x 64 x 8 bytes = 8 MB per array
+_PRIME = np.uint64((1 << 61) - 1)  # datasketch's Mersenne prime
+_MAX_HASH = np.uint64((1 << 32) - 1)
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9))
 _SPACE = re.compile(r"\s+")
 # Words, and each CJK character on its own (those scripts put no spaces between words).
 _WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|\w+")
@@ -67,33 +75,78 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def exact_text(messages: list[dict[str, Any]], tools: Any) -> str:
-    """Everything that makes two prompts the same: roles, texts, image references, tools."""
-    parts = [f"{m.get('role')}: {_content_text(m.get('content'))}" for m in messages]
-    images = [
-        str(p.get("image_url") or p.get("image") or "")
+def _image_refs(messages: list[dict[str, Any]]) -> list[str]:
+    """The references of a prompt's non-text parts (images), in order."""
+    return [
+        str(p.get("image_url") or p.get("image") or p.get("url") or "")
         for m in messages
         if isinstance(m.get("content"), list)
         for p in m["content"]
         if isinstance(p, dict) and p.get("type") not in (None, "text")
     ]
-    return normalize("\n".join(parts) + f"\n{images}\n{tools or ''}")
 
 
-def near_text(messages: list[dict[str, Any]]) -> str:
-    """The text near duplicates are judged on: every message but the system prompt (a long
-    shared system prompt would make unrelated questions look alike), tools left out alike."""
-    return normalize(
-        "\n".join(_content_text(m.get("content")) for m in messages if m.get("role") != "system")
-    )
+def prompt_texts(messages: list[dict[str, Any]], tools: Any) -> tuple[str, str]:
+    """``(exact, near)``: everything that makes two prompts the same (roles, texts, image
+    references, tools), and the text near duplicates are judged on: every message but the
+    system prompt (a long shared system prompt would make unrelated questions look alike;
+    tools are left out for the same reason) and the image references (one question about two
+    images is two). Both normalised, each message once."""
+    texts = [normalize(_content_text(m.get("content"))) for m in messages]
+    refs = _image_refs(messages)
+    roles = [str(m.get("role")) for m in messages]
+    exact = "\n".join(f"{r}: {t}" for r, t in zip(roles, texts, strict=True))
+    exact += f"\n{refs}\n{tools or ''}"
+    near = "\n".join(t for r, t in zip(roles, texts, strict=True) if r != "system")
+    if refs:
+        near += "".join(
+            f" image {hashlib.blake2b(r.encode(), digest_size=6).hexdigest()}" for r in refs
+        )
+    return exact, near
 
 
-def shingles(text: str) -> list[bytes]:
-    """Word 3-grams of ``text`` (one shingle of its words when it has fewer)."""
+def shingles(text: str) -> np.ndarray:
+    """32-bit hashes of the word 3-grams of ``text`` (one of its words when it has fewer than
+    three), as uint64: words hashed with CRC-32 (deterministic in every process, unlike
+    ``hash``), then three mixed into one."""
     words = _WORD.findall(text)
-    if len(words) < 3:
-        return [" ".join(words).encode()] if words else []
-    return [" ".join(words[i : i + 3]).encode() for i in range(len(words) - 2)]
+    if not words:
+        return np.empty(0, dtype=np.uint64)
+    w = np.fromiter((zlib.crc32(x.encode()) for x in words), np.uint64, len(words))
+    if len(w) < 3:
+        w = np.concatenate([w, np.zeros(3 - len(w), np.uint64)])
+    mixed = (w[:-2] * _MIX[0]) ^ (w[1:-1] * _MIX[1]) ^ (w[2:] * _MIX[2])  # wraps mod 2**64
+    return mixed >> np.uint64(32)
+
+
+@functools.cache
+def permutations() -> tuple[np.ndarray, np.ndarray]:
+    """datasketch's MinHash permutations (seed 1, its "legacy" scheme): the signature is
+    the one ``datasketch.MinHash(num_perm=64, scheme="legacy")`` gives the same hashes."""
+    from datasketch import MinHash
+
+    a, b = MinHash(num_perm=NUM_PERM, seed=1, scheme="legacy").permutations
+    return np.asarray(a, np.uint64), np.asarray(b, np.uint64)
+
+
+def minhash(docs: list[np.ndarray]) -> np.ndarray:
+    """The 64 MinHash values of each of ``docs`` (shingle hashes), ``(len(docs), 64)`` uint64,
+    computed for many documents at once, ``_BLOCK`` shingles at a time (bounded memory); a
+    document without shingles keeps the empty value 2**32 - 1 everywhere."""
+    a, b = permutations()
+    sig = np.full((len(docs), NUM_PERM), _MAX_HASH, dtype=np.uint64)
+    lengths = np.fromiter((len(d) for d in docs), np.int64, len(docs))
+    if not lengths.sum():
+        return sig
+    flat = np.concatenate(docs)
+    owner = np.repeat(np.arange(len(docs)), lengths)
+    for s0 in range(0, len(flat), _BLOCK):
+        hv, rows = flat[s0 : s0 + _BLOCK, None], owner[s0 : s0 + _BLOCK]
+        phv = ((hv * a + b) % _PRIME) & _MAX_HASH
+        starts = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
+        firsts = rows[starts]
+        sig[firsts] = np.minimum(sig[firsts], np.minimum.reduceat(phv, starts, axis=0))
+    return sig
 
 
 def _hash8(text: str) -> int:
@@ -108,35 +161,28 @@ class NearDuplicateFinder:
         self._lines = array("Q")
         self._exact = array("Q")
         self._sigs: list[np.ndarray] = []  # (<= _CHUNK, NUM_PERM) uint8 each
-        self._pending: list[list[bytes]] = []
+        self._pending: list[np.ndarray] = []
 
     def __len__(self) -> int:
         return len(self._lines)
 
     def add(self, line: int, messages: list[dict[str, Any]], tools: Any) -> None:
         self._lines.append(line)
-        self._exact.append(_hash8(exact_text(messages, tools)))
-        self._pending.append(shingles(near_text(messages)))
+        exact, near = prompt_texts(messages, tools)
+        self._exact.append(_hash8(exact))
+        self._pending.append(shingles(near))
         if len(self._pending) == _CHUNK:
             self._flush()
 
     def _flush(self) -> None:
-        from datasketch import MinHash
-
         if not self._pending:
             return
-        sig = np.zeros((len(self._pending), NUM_PERM), dtype=np.uint8)
-        texts = [(i, s) for i, s in enumerate(self._pending) if s]
-        hashed = MinHash.bulk((s for _, s in texts), num_perm=NUM_PERM)
-        for (i, _), m in zip(texts, hashed, strict=True):
-            sig[i] = np.asarray(m.hashvalues, dtype=np.uint64) & 0xFF
-        empty = [i for i, s in enumerate(self._pending) if not s]
+        sig = (minhash(self._pending) & np.uint64(0xFF)).astype(np.uint8)
         # No text: a signature no other line shares (its band keys are unique).
         base = len(self._sigs) * _CHUNK
-        for i in empty:
-            sig[i] = np.frombuffer(
-                hashlib.blake2b(b"%d" % (base + i), digest_size=64).digest(), np.uint8
-            )
+        for i in (i for i, d in enumerate(self._pending) if not len(d)):
+            digest = hashlib.blake2b(b"%d" % (base + i), digest_size=NUM_PERM).digest()
+            sig[i] = np.frombuffer(digest, np.uint8)
         self._sigs.append(sig)
         self._pending = []
 
