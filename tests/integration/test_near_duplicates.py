@@ -16,8 +16,7 @@ from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import TOKENIZER_DIR
 from eagle3_datagen.generate.batch import PartitionRunner
 from eagle3_datagen.generate.plan import NEAR_DUPLICATES, plan_partition
-from eagle3_datagen.report.data_picture import partition_picture
-from eagle3_datagen.report.dataset_card import _counts
+from eagle3_datagen.report.dataset_card import CARD, refresh_dataset_card
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.write.manifest import summarize_on_disk
 
@@ -113,5 +112,7 @@ async def test_drop_rejects_repeats_and_keep_generates_them(
     assert kept["accepted"] == [1, 2, 3, 4, 5, 6, 7]
     config = make(tmp_path, "keep")
     entry = {"status": "completed", **kept["summary"]}
-    table = _counts([partition_picture(config.output_dir, "p")], {"partitions": {"p": entry}})
-    assert table.splitlines()[-1].endswith("| 1 / 1, kept |")
+    refresh_dataset_card(config.output_dir, {"partitions": {"p": entry}})
+    card = (Path(config.output_dir) / CARD).read_text()
+    counts = next(x for x in card.splitlines() if x.startswith("| p | completed |"))
+    assert counts.endswith("| 1 / 1, kept |")
