@@ -49,6 +49,7 @@ DEFAULT_BUCKETS = {
 }
 COVERAGE_KEY = "datagen-coverage"  # the run's Prefect artifact
 LANGUAGE_SAMPLE = 2000  # prompts decoded for the languages dimension
+LANGUAGE_SHARDS = 32  # shards they are read from
 _TEXT_TAIL = 4000  # characters of a prompt's end looked at (its latest messages)
 _NON_LATIN_MIN = 0.1  # share of letters a non-Latin script needs to name the prompt
 UNKNOWN = "unknown"
@@ -224,20 +225,19 @@ def _add_shard(mix: Mix, path: Path, profile: ServingProfile | None) -> None:
 
 
 def _add_languages(mix: Mix, ds: DatasetDir, paths: list[Path], sample: int) -> None:
-    """Decode about ``sample`` prompts spread evenly over the shards; name each by script."""
+    """Decode about ``sample`` prompts, evenly spaced in up to ``LANGUAGE_SHARDS`` shards
+    evenly spaced over the dataset (reading every shard's prompt ids would read the whole
+    dataset); name each prompt by its script."""
     try:
         tok = ds.load_tokenizer().tok
     except DatagenError as err:
         mix.notes.append(f"languages not estimated: {err}")
         return
-    total = sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
-    step = max(1, math.ceil(total / sample)) if sample else 0
-    seen = 0
-    for path in paths if step else ():
+    picked = paths[:: max(1, math.ceil(len(paths) / LANGUAGE_SHARDS))]
+    per_shard = math.ceil(sample / len(picked))
+    for path in picked:
         rows = pq.ParquetFile(path).metadata.num_rows
-        first = (-seen) % step
-        take = list(range(first, rows, step))
-        seen += rows
+        take = sorted({i * rows // per_shard for i in range(per_shard)}) if rows else []
         if not take:
             continue
         ids = pq.read_table(path, columns=["prompt_ids"])["prompt_ids"].take(take).to_pylist()
