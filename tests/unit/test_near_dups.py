@@ -8,14 +8,16 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from eagle3_datagen.config import NearDuplicates, load_config
 from eagle3_datagen.errors import ConfigError
-from eagle3_datagen.inputs.near_dups import minhash, normalize, shingles, similar_summary
+from eagle3_datagen.inputs.near_dups import normalize, similar_summary
 from eagle3_datagen.inputs.scan import scan_input
+from eagle3_datagen.inputs.shingles import minhash, shingle_hashes
 
 _WORDS = [f"word{i}" for i in range(3000)]
 _HAN = [chr(c) for c in range(0x4E00, 0x4E00 + 2000)]
@@ -131,11 +133,19 @@ def test_signatures_are_datasketchs_minhash() -> None:
     """The many-at-once MinHash gives what datasketch.MinHash gives each prompt alone."""
     from datasketch import MinHash
 
-    texts = ["one two three four five", " ".join(_WORDS * 6), "a b", "今天天气很好我们去公园"]
-    docs = [shingles(t) for t in texts]  # the second spans two blocks of 16k shingles
-    together = minhash(docs)
-    for doc, sig in zip(docs, together, strict=True):
+    texts = ["one two three four five", " ".join(_WORDS * 6), "a b", "", "今天天气很好，我们去公园"]
+    hashes, owner = shingle_hashes([t.encode() for t in texts])  # the 2nd spans two blocks
+    together = minhash(hashes, owner, len(texts))
+    for i, sig in enumerate(together):
         alone = MinHash(num_perm=64, seed=1, scheme="legacy", hashfunc=int)
-        alone.update_batch(doc.tolist())
+        alone.update_batch(hashes[owner == i].tolist())
         assert sig.tolist() == alone.hashvalues.tolist()
-    assert len(docs[2]) == 1 and len(docs[3]) == 9  # two words: one shingle; CJK by character
+    # five words: 3 shingles; two words: one; none: none; CJK by character, '，' one too
+    assert np.bincount(owner, minlength=5).tolist() == [3, 18000 - 2, 1, 0, 10]
+
+
+def test_words_are_cut_like_text() -> None:
+    """The same words give the same shingles whatever surrounds them."""
+    a, _ = shingle_hashes([b"alpha beta gamma"])
+    b, owner = shingle_hashes([b"zz", b"(alpha)  beta\tgamma!", b"x y"])
+    assert a.tolist() == b[owner == 1].tolist()

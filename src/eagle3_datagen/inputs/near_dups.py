@@ -7,21 +7,19 @@ with both line numbers, and kept or dropped by the partition's ``near_duplicates
 Memory is what decides the design, since a partition can hold a million prompts. Per line the
 finder keeps an 8-byte hash of the normalised prompt (exact duplicates: sorted, like
 :class:`~eagle3_datagen.inputs.prompts.DuplicateFinder`) and a 64-byte signature: the low 8
-bits of each of 64 MinHash values computed by ``datasketch`` (b-bit minwise hashing, Li and
-Koenig 2010), about 72 MB at a million lines. The MinHash is datasketch's (its permutations
-and formula, checked against ``datasketch.MinHash`` by a test), computed for thousands of
-prompts in one numpy pass instead of one object per prompt. LSH bands are 8 of those bytes as one
+bits of each of 64 MinHash values, datasketch's (b-bit minwise hashing, Li and
+Koenig 2010), about 72 MB at a million lines; the shingles and the MinHash are computed for
+thousands of prompts at once (``inputs/shingles.py``). LSH bands are 8 of those bytes as one
 uint64; lines that share a band are candidates, and a candidate is a near duplicate when its
 estimated Jaccard similarity (of word 3-gram sets) reaches the threshold.
 """
 
 from __future__ import annotations
 
-import functools
+import bisect
 import hashlib
 import re
 import unicodedata
-import zlib
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,16 +27,12 @@ from typing import Any
 
 import numpy as np
 
-NUM_PERM = 64
+from eagle3_datagen.inputs.shingles import NUM_PERM, minhash, shingle_hashes
+
 BAND = 8  # signature bytes per LSH band: 8 bands of 8
-_CHUNK = 4096  # lines whose MinHash is computed in one call
-_BLOCK = 1 << 14  # shingles permuted at once: 16k x 64 x 8 bytes = 8 MB per array
-_PRIME = np.uint64((1 << 61) - 1)  # datasketch's Mersenne prime
-_MAX_HASH = np.uint64((1 << 32) - 1)
-_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9))
+_CHUNK = 4096  # lines whose MinHash is computed in one call, at most
+_CHUNK_BYTES = 1 << 20  # and at most about this much text (numpy needs ~40 bytes per byte)
 _SPACE = re.compile(r"\s+")
-# Words, and each CJK character on its own (those scripts put no spaces between words).
-_WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|\w+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,50 +99,6 @@ def prompt_texts(messages: list[dict[str, Any]], tools: Any) -> tuple[str, str]:
     return exact, near
 
 
-def shingles(text: str) -> np.ndarray:
-    """32-bit hashes of the word 3-grams of ``text`` (one of its words when it has fewer than
-    three), as uint64: words hashed with CRC-32 (deterministic in every process, unlike
-    ``hash``), then three mixed into one."""
-    words = _WORD.findall(text)
-    if not words:
-        return np.empty(0, dtype=np.uint64)
-    w = np.fromiter((zlib.crc32(x.encode()) for x in words), np.uint64, len(words))
-    if len(w) < 3:
-        w = np.concatenate([w, np.zeros(3 - len(w), np.uint64)])
-    mixed = (w[:-2] * _MIX[0]) ^ (w[1:-1] * _MIX[1]) ^ (w[2:] * _MIX[2])  # wraps mod 2**64
-    return mixed >> np.uint64(32)
-
-
-@functools.cache
-def permutations() -> tuple[np.ndarray, np.ndarray]:
-    """datasketch's MinHash permutations (seed 1, its "legacy" scheme): the signature is
-    the one ``datasketch.MinHash(num_perm=64, scheme="legacy")`` gives the same hashes."""
-    from datasketch import MinHash
-
-    a, b = MinHash(num_perm=NUM_PERM, seed=1, scheme="legacy").permutations
-    return np.asarray(a, np.uint64), np.asarray(b, np.uint64)
-
-
-def minhash(docs: list[np.ndarray]) -> np.ndarray:
-    """The 64 MinHash values of each of ``docs`` (shingle hashes), ``(len(docs), 64)`` uint64,
-    computed for many documents at once, ``_BLOCK`` shingles at a time (bounded memory); a
-    document without shingles keeps the empty value 2**32 - 1 everywhere."""
-    a, b = permutations()
-    sig = np.full((len(docs), NUM_PERM), _MAX_HASH, dtype=np.uint64)
-    lengths = np.fromiter((len(d) for d in docs), np.int64, len(docs))
-    if not lengths.sum():
-        return sig
-    flat = np.concatenate(docs)
-    owner = np.repeat(np.arange(len(docs)), lengths)
-    for s0 in range(0, len(flat), _BLOCK):
-        hv, rows = flat[s0 : s0 + _BLOCK, None], owner[s0 : s0 + _BLOCK]
-        phv = ((hv * a + b) % _PRIME) & _MAX_HASH
-        starts = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
-        firsts = rows[starts]
-        sig[firsts] = np.minimum(sig[firsts], np.minimum.reduceat(phv, starts, axis=0))
-    return sig
-
-
 def _hash8(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
@@ -161,7 +111,9 @@ class NearDuplicateFinder:
         self._lines = array("Q")
         self._exact = array("Q")
         self._sigs: list[np.ndarray] = []  # (<= _CHUNK, NUM_PERM) uint8 each
-        self._pending: list[np.ndarray] = []
+        self._starts: list[int] = []  # the index of each one's first line
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
 
     def __len__(self) -> int:
         return len(self._lines)
@@ -170,24 +122,29 @@ class NearDuplicateFinder:
         self._lines.append(line)
         exact, near = prompt_texts(messages, tools)
         self._exact.append(_hash8(exact))
-        self._pending.append(shingles(near))
-        if len(self._pending) == _CHUNK:
+        text = near.encode()
+        self._pending.append(text)
+        self._pending_bytes += len(text)
+        if len(self._pending) == _CHUNK or self._pending_bytes >= _CHUNK_BYTES:
             self._flush()
 
     def _flush(self) -> None:
         if not self._pending:
             return
-        sig = (minhash(self._pending) & np.uint64(0xFF)).astype(np.uint8)
+        hashes, owner = shingle_hashes(self._pending)
+        sig = (minhash(hashes, owner, len(self._pending)) & np.uint64(0xFF)).astype(np.uint8)
         # No text: a signature no other line shares (its band keys are unique).
-        base = len(self._sigs) * _CHUNK
-        for i in (i for i, d in enumerate(self._pending) if not len(d)):
+        base = len(self._lines) - len(self._pending)
+        for i in np.flatnonzero(np.bincount(owner, minlength=len(self._pending)) == 0).tolist():
             digest = hashlib.blake2b(b"%d" % (base + i), digest_size=NUM_PERM).digest()
             sig[i] = np.frombuffer(digest, np.uint8)
         self._sigs.append(sig)
-        self._pending = []
+        self._starts.append(base)
+        self._pending, self._pending_bytes = [], 0
 
     def _sig(self, index: int) -> np.ndarray:
-        return self._sigs[index // _CHUNK][index % _CHUNK]
+        block = bisect.bisect_right(self._starts, index) - 1
+        return self._sigs[block][index - self._starts[block]]
 
     def find(self, skip: Iterable[int] = ()) -> list[Similar]:
         """Every line that repeats an earlier one, by line; ``skip``: lines already known to
