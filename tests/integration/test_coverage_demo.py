@@ -4,6 +4,8 @@ and a Prefect artifact, and ``eagle3-datagen coverage`` prints the same shares t
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -16,7 +18,7 @@ from eagle3_datagen.config import ServingProfile
 from eagle3_datagen.demo import demo_config
 from eagle3_datagen.report.coverage import COVERAGE_KEY
 from eagle3_datagen_cli.flow_run import run_pipeline
-from eagle3_datagen_cli.main import main
+from tests.support import REPO
 
 pytestmark = [pytest.mark.usefixtures("prefect_backend"), pytest.mark.tokens]
 
@@ -42,9 +44,14 @@ async def _coverage_artifact(output_dir: Path) -> str:
     return str(mine.data)
 
 
-def test_demo_coverage_in_card_artifact_and_cli(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def coverage_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``eagle3-datagen coverage`` in a child process (pytest's capture of this process's
+    output would be kept by Prefect's log handlers past the test)."""
+    cmd = [sys.executable, "-m", "eagle3_datagen_cli.main", "coverage", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+
+
+def test_demo_coverage_in_card_artifact_and_cli(tmp_path: Path) -> None:
     config = demo_config(tmp_path / "out").model_copy(
         update={"serving_profile": ServingProfile.model_validate(PROFILE)}
     )
@@ -74,12 +81,13 @@ def test_demo_coverage_in_card_artifact_and_cli(
 
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump({**config.model_dump(mode="json"), "output_dir": str(root)}))
-    assert main(["coverage", str(root), "--config", str(cfg), "--strict", "--json"]) == 1
-    report = orjson.loads(capsys.readouterr().out)
+    strict = coverage_cli(str(root), "--config", str(cfg), "--strict", "--json")
+    assert strict.returncode == 1, strict.stderr
+    report = orjson.loads(strict.stdout)
     assert report["records"] == n and report["flagged"] == ["tools"]
     by = {(r["dimension"], r["key"]): r for r in report["rows"]}
     assert by["tool_results", "with"]["records"] == with_results
     assert by["tool_results", "with"]["profile"] is None  # not declared: shown, not judged
-    assert main(["coverage", str(root)]) == 0
-    out = capsys.readouterr().out
-    assert "own mix over 90 records" in out and "latin" in out
+    own = coverage_cli(str(root))
+    assert own.returncode == 0, own.stderr
+    assert "own mix over 90 records" in own.stdout and "latin" in own.stdout
