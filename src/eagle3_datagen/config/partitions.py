@@ -57,7 +57,9 @@ class NearDuplicates(StrictModel):
         le=1.0,
         title="Similarity threshold",
         description="Estimated Jaccard similarity of word 3-grams (system prompt and tools "
-        "left out) from which a prompt counts as a near duplicate.",
+        "left out) from which a prompt counts as a near duplicate. The search finds a pair of "
+        "similarity 0.9 with probability 0.99, 0.8 with 0.77, 0.7 with 0.38: below 0.8 it "
+        "misses many.",
     )
 
 
