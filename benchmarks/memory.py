@@ -8,7 +8,9 @@ the partition subflow does, at library level:
 
 1. load the tokenizer, build the runner (the baseline RSS is taken here);
 2. plan the batches (``plan_batches``, streaming the whole file) and scan it for repeated ids
-   (``find_duplicate_ids``, which parses every line);
+   and repeated prompts (``scan_input`` with the default ``near_duplicates`` policy, which
+   parses every line and MinHashes its text); the scan is also timed on its own, with and
+   without the near-duplicate search (policy ``off``), for its rate;
 3. run batches through ``PartitionRunner.run_batch`` + ``run_windowed`` against the
    zero-latency emulator.
 
@@ -68,8 +70,10 @@ def _rss_mb() -> float:
 
 async def _child(url: str, prompts: Path, out: Path, max_batches: int) -> dict[str, Any]:
     from benchmarks.common import partition_runner
+    from eagle3_datagen.config import NearDuplicates
     from eagle3_datagen.generate.windowed import run_windowed
     from eagle3_datagen.inputs.prompts import find_duplicate_ids
+    from eagle3_datagen.inputs.scan import scan_input
     from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 
     config = make_config([("mem", prompts, "SHORT")], out)
@@ -78,7 +82,20 @@ async def _child(url: str, prompts: Path, out: Path, max_batches: int) -> dict[s
     tiny = out.parent / "tiny.jsonl"
     tiny.write_text(prompts.open().readline())
     find_duplicate_ids("mem", tiny)
+    scan_input("mem", tiny, 512, NearDuplicates())  # datasketch's imports too
     baseline = _rss_mb()
+
+    # The input scan alone, with the near-duplicate search (the default, policy keep) and
+    # without (policy off): its rate, and the memory it needs (the peak below includes it).
+    t0 = time.monotonic()
+    near = scan_input("mem", prompts, 512, NearDuplicates())
+    near_s = time.monotonic() - t0
+    after_near_scan = _rss_mb()
+    similar = len(near.similar)
+    del near
+    t0 = time.monotonic()
+    scan_input("mem", prompts, 512, NearDuplicates(policy="off"))
+    plain_s = time.monotonic() - t0
 
     t0 = time.monotonic()
     async with partition_runner(config, "mem", url) as (runner, batches, window):
@@ -104,6 +121,10 @@ async def _child(url: str, prompts: Path, out: Path, max_batches: int) -> dict[s
         "peak_rss_mb": peak_rss_mb(),
         "scan_s": scan_s,
         "run_s": run_s,
+        "near_scan_s": near_s,
+        "plain_scan_s": plain_s,
+        "near_scan_rss_mb": after_near_scan,
+        "similar": similar,
     }
 
 
@@ -136,6 +157,10 @@ def measure(small: int, big: int) -> dict[str, Any]:
         "baseline_mb": b["baseline_rss_mb"],
         "big_file_mb": sizes["big"] / 2**20,
         "big_scan_s": b["scan_s"],
+        "big_near_scan_s": b["near_scan_s"],
+        "big_plain_scan_s": b["plain_scan_s"],
+        "big_near_scan_rss_mb": b["near_scan_rss_mb"],
+        "big_similar": b["similar"],
         "big_batches": b["batches"],
         "records_generated": {"small": s["records"], "big": b["records"]},
         "batches_run": {"small": s["batches_run"], "big": b["batches_run"]},

@@ -13,7 +13,7 @@ file, also for a quick run; ``--no-results`` writes none). ``--json PATH`` write
 Parts (each module's docstring says exactly what it measures):
   (a) client_overhead: pipeline vs the seed's bare loop, zero-latency emulator
   (b) utilization:     slot utilization, partitions side by side vs one after another
-  (c) memory:          peak RSS with 10k and 1M prompts in one partition
+  (c) memory:          peak RSS with 10k and 1M prompts in one partition; input scan rate
   (d) tokenize_rate:   ChatTokenizer.render vs per-prompt apply_chat_template
   (e) adaptive:        concurrency auto vs a sweep of static values, per emulator physics profile
   (f) makespan:        three partitions through the Prefect flow vs the server's peak capacity
@@ -214,10 +214,14 @@ def utilization_figures(b: dict[str, Any]) -> list[Figure]:
 def memory_figure(c: dict[str, Any]) -> Figure:
     """(c) peak RSS of the big input against the small one."""
     ratio = c["peak_ratio"]
+    scan = ""
+    if "big_near_scan_s" in c:  # the input scan's rate, near-duplicate search included
+        rate = c["big_prompts"] / c["big_near_scan_s"]
+        scan = f"; input scan {rate:,.0f} lines/s with near duplicates"
     return Figure(
         "c",
         f"peak RSS, {c['big_prompts']:,} / {c['small_prompts']:,} prompts",
-        f"{ratio:.2f}x ({c['big_peak_mb']:.0f} / {c['small_peak_mb']:.0f} MB)",
+        f"{ratio:.2f}x ({c['big_peak_mb']:.0f} / {c['small_peak_mb']:.0f} MB){scan}",
         "<= 1.5x",
         ratio <= 1.5,
         "" if ratio <= 1.5 else "memory grows with the input",
@@ -395,6 +399,20 @@ def memory_details(c: dict[str, Any]) -> list[str]:
         f"({c['records_generated']['big']:,} records) vs {c['batches_run']['small']} "
         f"({c['records_generated']['small']:,}) for {c['small_prompts']:,} prompts",
         f"    RSS after imports and tokenizer: {c['baseline_mb']:.0f} MB",
+        *near_scan_details(c),
+    ]
+
+
+def near_scan_details(c: dict[str, Any]) -> list[str]:
+    """(c): the input scan's rate with the near-duplicate search and without."""
+    if "big_near_scan_s" not in c:  # a saved run from before it was measured
+        return []
+    n, near, plain = c["big_prompts"], c["big_near_scan_s"], c["big_plain_scan_s"]
+    return [
+        f"    input scan of {n:,} prompts with the near-duplicate search (policy keep): "
+        f"{near:.1f} s, {n / near:,.0f} lines/s; without it (policy off): {plain:.1f} s, "
+        f"{n / plain:,.0f} lines/s; RSS right after it {c['big_near_scan_rss_mb']:.0f} MB; "
+        f"{c['big_similar']:,} repeated prompts found",
     ]
 
 

@@ -73,7 +73,7 @@ async def datagen_fanout(
     # The jobs wrote their own manifests concurrently; settle the final one from disk.
     manifest = settle_manifest(config.output_dir, names, set(failed))
     if manifest:
-        refresh_dataset_card(config.output_dir, manifest)
+        refresh_dataset_card(config.output_dir, manifest, config.serving_profile)
     if failed:
         messages = {n: r.state.message if r.state else None for n, r in failed.items()}
         raise FanOutFailed(fanout_failure_message(messages, len(names)))

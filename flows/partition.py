@@ -24,6 +24,7 @@ from eagle3_datagen.generate.batch import PartitionRunner, connect_partition
 from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.generate.plan import PartitionPlan, plan_partition
 from eagle3_datagen.generate.windowed import run_windowed
+from eagle3_datagen.inputs.near_dups import similar_summary
 from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.report.progress import Progress
 from eagle3_datagen.report.ui import (
@@ -116,6 +117,10 @@ async def _plan(config: PipelineConfig, partition: str, logger: Any) -> Partitio
     )
     if plan.duplicates:
         logger.warning(f"{partition}: {len(plan.duplicates)} lines repeat an earlier id; rejected")
+    if plan.similar:
+        part = config.partition(partition)
+        policy = part.near_duplicates.policy
+        logger.warning(similar_summary(partition, part.input, plan.similar, policy))
     if plan.superseded:
         logger.warning(superseded_line(partition, plan.superseded, len(plan.reuse)))
     if plan.done_lines:  # a rerun: what it keeps and what is left

@@ -1,8 +1,8 @@
 """What the parent flow shows in Prefect while and after it runs: the live progress table, the
 throughput alarm (log line, event, artifact), the failed-batches links, the data pictures, the
-summary table and the run's line of the output directory's history. The wording and the
-outcome policy are the library's (``report/``); this module only hands them to Prefect's
-artifact and event APIs, and no failure here fails a run.
+coverage against the serving profile, the summary table and the run's line of the output
+directory's history. The wording and the outcome policy are the library's (``report/``); this
+module only hands them to Prefect's artifact and event APIs, and no failure here fails a run.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from prefect.runtime import deployment as current_deployment
 from prefect.states import State
 
 from eagle3_datagen.config import PipelineConfig, ThroughputAlarm
+from eagle3_datagen.report.coverage import COVERAGE_KEY, coverage_line, coverage_markdown
 from eagle3_datagen.report.data_picture import picture_description, picture_markdown
-from eagle3_datagen.report.dataset_card import refresh_dataset_card
+from eagle3_datagen.report.dataset_card import card_coverage, refresh_dataset_card
 from eagle3_datagen.report.history import (
     append_history,
     history_entry,
@@ -211,7 +212,12 @@ class RunReport:
             self.failed_links, rows = await failed_batch_tables(states)
             by = f"run {self.flow_run.name!r} (attempt {self.flow_run.run_count or 1})"
             await publish_run_failures(rows, config.output_dir, self.outcome.completed, by)
-            pictures = refresh_dataset_card(config.output_dir, manifest)
+            profile = config.serving_profile
+            coverage = card_coverage(config.output_dir, profile)
+            pictures = refresh_dataset_card(config.output_dir, manifest, profile, coverage)
+            if coverage is not None:
+                text, line = coverage_markdown(coverage), coverage_line(coverage)
+                await acreate_markdown_artifact(text, key=COVERAGE_KEY, description=line)
             for name in self.outcome.names:
                 picture = pictures.get(name)
                 if picture is not None:

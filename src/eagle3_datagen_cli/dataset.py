@@ -1,5 +1,5 @@
-"""``eagle3-datagen validate``, ``export`` and ``history``: a finished dataset, read offline
-(no Prefect, no server)."""
+"""``eagle3-datagen validate``, ``export``, ``history`` and ``coverage``: a finished dataset,
+read offline (no Prefect, no server)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,44 @@ def cmd_history(args: argparse.Namespace) -> int:
     rows = history_rows(entries, args.partition, all_attempts=args.all_attempts)
     print(history_text(rows[-args.last :] if args.last else rows))
     return 0
+
+
+def cmd_coverage(args: argparse.Namespace) -> int:
+    """The dataset beside the config's serving profile (or its own mix); exit 1 with
+    ``--strict`` when a dimension is flagged."""
+    import orjson
+
+    from eagle3_datagen.config import load_config
+    from eagle3_datagen.report.coverage import coverage_text, dataset_coverage
+
+    profile = None
+    if args.config:
+        profile = load_config(args.config).serving_profile
+        if profile is None:
+            raise ConfigError(f"{args.config}: declares no serving_profile")
+    cov = dataset_coverage(args.dataset, profile, partitions=args.partition)
+    if args.json:
+        print(orjson.dumps(cov.to_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(coverage_text(cov))
+    return 1 if args.strict and cov.flagged else 0
+
+
+def _add_coverage(sub: Any) -> None:
+    coverage = sub.add_parser(
+        "coverage",
+        help="the dataset's mix beside the config's serving profile, off dimensions flagged",
+    )
+    coverage.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    coverage.add_argument(
+        "--config", metavar="CONFIG", help="the config whose serving_profile to compare with"
+    )
+    coverage.add_argument("--partition", action="append", metavar="NAME", help="only this one")
+    coverage.add_argument(
+        "--strict", action="store_true", help="exit 1 when any dimension is flagged"
+    )
+    coverage.add_argument("--json", action="store_true", help="print the table as JSON")
+    coverage.set_defaults(func=cmd_coverage)
 
 
 def _add_validate(sub: Any) -> None:
@@ -130,7 +168,8 @@ def _add_history(sub: Any) -> None:
 
 
 def add_commands(sub: Any) -> None:
-    """The validate, export and history subcommands, in that order."""
+    """The validate, export, history and coverage subcommands, in that order."""
     _add_validate(sub)
     _add_export(sub)
     _add_history(sub)
+    _add_coverage(sub)

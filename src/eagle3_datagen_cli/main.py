@@ -1,12 +1,12 @@
-"""The ``eagle3-datagen`` command: run, demo, emulator, validate, export, history, select,
-failures, alarm. This module parses the arguments, calls the command and turns its end into one
-line and an exit status.
+"""The ``eagle3-datagen`` command: run, demo, emulator, validate, export, history, coverage,
+select, failures, alarm. This module parses the arguments, calls the command and turns its end
+into one line and an exit status.
 
 The top layer: it starts the flows (and sets the Prefect settings a local run needs), so the
 library below never imports Prefect. Prefect is imported only by the commands that use it, so
 ``eagle3-datagen emulator`` starts fast. Each group of commands is its own module: ``run.py``
-(run, demo), ``dataset.py`` (validate, export, history), ``select.py`` (select), ``ops.py``
-(failures, alarm).
+(run, demo), ``dataset.py`` (validate, export, history, coverage), ``select.py`` (select),
+``ops.py`` (failures, alarm).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ COMMANDS = [
     ["demo"],
     ["validate"],
     ["export"],
+    ["coverage"],
     ["failures"],
     ["alarm"],
     ["alarm", "install"],

@@ -155,6 +155,13 @@ async def test_three_turns_with_a_tool_call_are_rendered_on_the_models_own_histo
         ("wx", 2, 0),
     ]
     assert all(r["stop_reason"] is None for r in turns)
+    # What coverage counts (docs/coverage.md): turn 1 follows the tool result, turn 2 a second
+    # user message.
+    assert [(r["has_tool_results"], r["user_turns"]) for r in turns] == [
+        (False, 1),
+        (True, 1),
+        (True, 2),
+    ]
 
     # The model called the data's tool, with the data's arguments, in turn 0.
     first = message_from_output(hf_tokenizer, turns[0]["output_ids"])

@@ -6,6 +6,7 @@ partitions are lists of models (editable with "Add item"), and choices are ``Lit
 
 One module per part of the YAML: ``model`` (model and special tokens), ``sampling``, ``server``,
 ``partitions`` (tiers and partitions), ``policies`` (validation, retries, throughput alarm),
+``profile`` (the serving profile coverage compares with),
 ``pipeline`` (the whole config), ``loading`` (from YAML, with clear errors), and ``reference``
 (docs/config.md, generated from these models). Import the names from here.
 """
@@ -14,9 +15,16 @@ from __future__ import annotations
 
 from eagle3_datagen.config.loading import format_validation_error, load_config, parse_config
 from eagle3_datagen.config.model import ModelSpec, SpecialTokens, ToolCallTokens
-from eagle3_datagen.config.partitions import AUTO_PARTITION_CAP, Logprobs, Partition, Tier
+from eagle3_datagen.config.partitions import (
+    AUTO_PARTITION_CAP,
+    Logprobs,
+    NearDuplicates,
+    Partition,
+    Tier,
+)
 from eagle3_datagen.config.pipeline import PipelineConfig
 from eagle3_datagen.config.policies import RetryPolicy, ThroughputAlarm, ValidationPolicy
+from eagle3_datagen.config.profile import SCRIPTS, ServingProfile, parse_bucket
 from eagle3_datagen.config.sampling import Sampling
 from eagle3_datagen.config.server import (
     DEFAULT_CONTINUOUS_DECODE_STEPS,
@@ -40,15 +48,18 @@ __all__ = [
     "DEFAULT_PORT",
     "DEFAULT_TP_SIZE",
     "REASONING_PARSER_FLAG",
+    "SCRIPTS",
     "AutoConcurrency",
     "ConfigError",
     "Logprobs",
     "ModelSpec",
+    "NearDuplicates",
     "Partition",
     "PipelineConfig",
     "RetryPolicy",
     "Sampling",
     "ServerSpec",
+    "ServingProfile",
     "SpecialTokens",
     "SpeculativeSpec",
     "ThroughputAlarm",
@@ -58,5 +69,6 @@ __all__ = [
     "format_validation_error",
     "load_config",
     "names_reasoning_parser",
+    "parse_bucket",
     "parse_config",
 ]

@@ -12,20 +12,51 @@ from eagle3_datagen.config.pipeline import PipelineConfig
 from eagle3_datagen.errors import ConfigError
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
-    """One line per problem: ``file: field.path: reason``."""
+def format_validation_error(err: ValidationError, source: str, text: str | None = None) -> str:
+    """One line per problem: ``file: field.path: reason``, or ``file:line: ...`` when the
+    YAML ``text`` is given and the field is in it."""
+    root = _yaml_root(text)
     lines = []
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"]) or "<root>"
-        lines.append(f"{source}: {loc}: {e['msg']}")
+        line = _yaml_line(root, e["loc"])
+        where = f"{source}:{line}" if line else source
+        lines.append(f"{where}: {loc}: {e['msg']}")
     return "\n".join(lines)
 
 
-def parse_config(data: Any, source: str = "<config>") -> PipelineConfig:
+def _yaml_root(text: str | None) -> yaml.Node | None:
+    try:
+        return yaml.compose(text) if text else None
+    except yaml.YAMLError:
+        return None
+
+
+def _yaml_line(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """The 1-based line of the deepest node of ``loc`` the YAML holds (an unknown key: its own
+    line; a missing one: its parent's)."""
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            pair = next((kv for kv in node.value if kv[0].value == str(part)), None)
+            if pair is None:
+                break
+            line, node = pair[0].start_mark.line + 1, pair[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if not 0 <= part < len(node.value):
+                break
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def parse_config(data: Any, source: str = "<config>", text: str | None = None) -> PipelineConfig:
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, source)) from None
+        raise ConfigError(format_validation_error(err, source, text)) from None
 
 
 def load_config(path: str | Path) -> PipelineConfig:
@@ -43,4 +74,4 @@ def load_config(path: str | Path) -> PipelineConfig:
         raise ConfigError(f"{path}{where}: invalid YAML: {getattr(err, 'problem', err)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return parse_config(data, str(path)).resolve_paths(path.resolve().parent)
+    return parse_config(data, str(path), text).resolve_paths(path.resolve().parent)

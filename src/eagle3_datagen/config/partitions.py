@@ -59,6 +59,28 @@ class Logprobs(StrictModel):
     )
 
 
+class NearDuplicates(StrictModel):
+    """What the input scan does with prompts that repeat an earlier line's (docs/coverage.md)."""
+
+    policy: Literal["keep", "drop", "off"] = Field(
+        default="keep",
+        title="Policy",
+        description="keep: report them (log, near_duplicates.jsonl, manifest, card) and "
+        "generate them; drop: report them and reject them as duplicate_prompt or "
+        "near_duplicate, naming the line they repeat; off: do not look.",
+    )
+    threshold: float = Field(
+        default=0.9,
+        ge=0.5,
+        le=1.0,
+        title="Similarity threshold",
+        description="Estimated Jaccard similarity of word 3-grams (system prompt and tools "
+        "left out) from which a prompt counts as a near duplicate. The search finds a pair of "
+        "similarity 0.9 with probability 0.99, 0.8 with 0.77, 0.7 with 0.38: below 0.8 it "
+        "misses many.",
+    )
+
+
 class Partition(StrictModel):
     """One prompts file and the tier it runs under."""
 
@@ -99,6 +121,13 @@ class Partition(StrictModel):
         description="Off when absent. {top_k: K}: every record keeps the target's logprob of "
         "each output token and, for K > 0, the top-K alternatives and entropy estimates "
         "(docs/logprobs.md). The tokens drawn are the same either way.",
+    )
+
+    near_duplicates: NearDuplicates = Field(
+        title="Near-duplicate prompts",
+        default_factory=NearDuplicates,
+        description="Prompts equal after normalisation, or nearly equal (MinHash), to an "
+        "earlier line: found when the input is scanned, reported with both lines.",
     )
 
     def temperature(self, sample: int, default: float) -> float:

@@ -11,6 +11,7 @@ from eagle3_datagen.config.base import StrictModel
 from eagle3_datagen.config.model import ModelSpec, SpecialTokens
 from eagle3_datagen.config.partitions import Partition, Tier
 from eagle3_datagen.config.policies import RetryPolicy, ThroughputAlarm, ValidationPolicy
+from eagle3_datagen.config.profile import ServingProfile
 from eagle3_datagen.config.sampling import Sampling
 from eagle3_datagen.config.server import ServerSpec
 from eagle3_datagen.errors import ConfigError
@@ -40,6 +41,12 @@ class PipelineConfig(StrictModel):
         default_factory=ThroughputAlarm,
         title="Throughput alarm",
         description="Warn, emit an event and write an artifact when output tok/s stays low.",
+    )
+    serving_profile: ServingProfile | None = Field(
+        default=None,
+        title="Serving profile",
+        description="The traffic the draft will serve; `eagle3-datagen coverage` and the dataset "
+        "card compare the data with it (docs/coverage.md). Empty: they show the data's own mix.",
     )
     output_dir: str = Field(
         title="Output directory",

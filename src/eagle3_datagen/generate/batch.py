@@ -30,6 +30,7 @@ from eagle3_datagen.generate.offload import off_loop
 from eagle3_datagen.generate.plan import PartitionPlan
 from eagle3_datagen.generate.prepare import prepare_batch
 from eagle3_datagen.generate.summary import commit_batch, summarize_batch
+from eagle3_datagen.inputs.near_dups import Similar
 from eagle3_datagen.inputs.prompts import BatchSpec, Prompt
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
@@ -60,6 +61,7 @@ class PartitionRunner:
         max_req_input_len: int | None = None,
         metadata: dict[str, str] | None = None,
         duplicates: dict[int, int] | None = None,
+        dropped: dict[int, Similar] | None = None,
         supervisor: ServerSupervisor | None = None,
         budget: ServerBudget | None = None,
         run_id: str | None = None,
@@ -76,6 +78,7 @@ class PartitionRunner:
         self.max_req_input_len = max_req_input_len
         self.metadata = metadata or {}
         self.duplicates = duplicates or {}  # line -> earlier line with the same id
+        self.dropped = dropped or {}  # line -> the earlier prompt it repeats (policy drop)
         self.supervisor = supervisor
         self.budget = budget or ServerBudget()
         self.reuse = reuse or ReusePool()  # results of superseded batches, by prompt key
@@ -108,6 +111,7 @@ class PartitionRunner:
             client=client,
             output=PartitionOutput(config.output_dir, partition),
             duplicates=plan.duplicates,
+            dropped=plan.dropped,
             reuse=plan.reuse,
             **options,
         )

@@ -114,6 +114,8 @@ async def run_conversation(
         record = await run_turn(runner, index, prompt, ids, sampling, earlier, out, at, media)
         if record is None:
             break
+        record.has_tool_results = any(m.get("role") == "tool" for m in history)
+        record.user_turns = sum(m.get("role") == "user" for m in history)
         out.records.append(record)
         if pos + 1 == len(slots):
             break

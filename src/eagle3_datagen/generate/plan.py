@@ -7,13 +7,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import orjson
+
 from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.inputs.near_dups import Similar
 from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.inputs.scan import InputInfo, scan_input
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.write.resume import ReusePool, done_lines, prepare_partition
-from eagle3_datagen.write.shards import PartitionOutput
+from eagle3_datagen.write.shards import PartitionOutput, atomic_write_bytes
+
+NEAR_DUPLICATES = "near_duplicates.jsonl"  # in the partition's directory
 
 
 @dataclass(slots=True)
@@ -29,6 +34,8 @@ class PartitionPlan:
     reuse: ReusePool  # earlier results of prompts whose batch was superseded
     superseded: list[int]  # indexes of committed batches that no longer match the input
     done_lines: int  # lines of batches earlier runs committed from the input as it is now
+    similar: list[Similar]  # prompts that repeat an earlier line's (inputs/near_dups.py)
+    dropped: dict[int, Similar]  # those the partition's policy drops, by line
 
     @property
     def total_lines(self) -> int:
@@ -54,9 +61,10 @@ def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
     part = config.partition(partition)
     tier = config.tier(part.tier)
     tokenizer = load_tokenizer(config)
-    scan = scan_input(partition, part.input, config.batch_size)
+    scan = scan_input(partition, part.input, config.batch_size, part.near_duplicates)
     output = PartitionOutput(config.output_dir, partition)
     reuse, superseded = prepare_partition(output, scan.batches, scan.info)
+    write_similar(output, str(part.input), scan.similar)
     return PartitionPlan(
         tokenizer=tokenizer,
         ids=TokenIds.resolve(tokenizer, config.special_tokens),
@@ -68,4 +76,14 @@ def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
         reuse=reuse,
         superseded=superseded,
         done_lines=done_lines(output, scan.batches),
+        similar=scan.similar,
+        dropped=scan.dropped,
     )
+
+
+def write_similar(output: PartitionOutput, path: str, similar: list[Similar]) -> None:
+    """``near_duplicates.jsonl``: one line per repeated prompt (file, line, first line, kind,
+    similarity), rewritten by every scan so it describes the input as it is now."""
+    output.dir.mkdir(parents=True, exist_ok=True)
+    data = b"".join(orjson.dumps(s.to_json(path)) + b"\n" for s in similar)
+    atomic_write_bytes(output.dir / NEAR_DUPLICATES, data)

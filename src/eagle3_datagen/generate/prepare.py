@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from eagle3_datagen.config import Partition
 from eagle3_datagen.generate import offload
 from eagle3_datagen.generate.conversation import first_turn
 from eagle3_datagen.generate.earlier import Earlier
 from eagle3_datagen.generate.rejects import input_reject, turn_reject
+from eagle3_datagen.inputs.near_dups import Similar
 from eagle3_datagen.inputs.prompts import BatchSpec, InputReject, Prompt, parse_prompt, read_batch
 from eagle3_datagen.render.chat_tokenizer import RenderError
 from eagle3_datagen.write.journal import BatchJournal, prompt_key
@@ -83,6 +85,8 @@ def _first_turns(
         if first is not None:
             reason = f"id {prompt.id!r} already used on line {first}"
             rejects.append(turn_reject(partition, prompt, "input", "duplicate_id", reason))
+        elif (similar := runner.dropped.get(prompt.line)) is not None:
+            rejects.append(repeated_prompt(partition, prompt, similar))
         elif isinstance(ids, RenderError):
             rejects.append(turn_reject(partition, prompt, "template", "template_error", ids.reason))
         # The first turn's own images: with all_turns a line's images may come later.
@@ -95,3 +99,13 @@ def _first_turns(
         else:
             jobs.append(Job(prompt, ids, len(media.expanded if media else ids)))
     return jobs
+
+
+def repeated_prompt(partition: Partition, prompt: Prompt, similar: Similar) -> Reject:
+    """The reject of a line the ``drop`` policy drops: it repeats line ``similar.first``."""
+    if similar.kind == "exact":
+        code, how = "duplicate_prompt", "the same prompt as"
+    else:
+        code, how = "near_duplicate", f"a near duplicate ({similar.similarity:.2f}) of"
+    reason = f"{how} line {similar.first} (near_duplicates policy: drop)"
+    return turn_reject(partition, prompt, "input", code, reason)

@@ -18,7 +18,9 @@ from typing import Any
 
 import orjson
 
+from eagle3_datagen.config import NearDuplicates
 from eagle3_datagen.errors import InputFileError
+from eagle3_datagen.inputs.near_dups import NearDuplicateFinder, Similar
 from eagle3_datagen.inputs.prompts import (
     BatchSpec,
     DuplicateFinder,
@@ -42,6 +44,10 @@ class InputInfo:
     size: int
     sha256: str
     lines: int
+    # Prompts that repeat an earlier line's (inputs/near_dups.py), and what the policy did.
+    exact_duplicates: int = 0
+    near_duplicates: int = 0
+    near_duplicates_policy: str = "off"
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -52,6 +58,19 @@ class InputScan:
     batches: list[BatchSpec]
     duplicates: dict[int, int]  # line -> earlier line with the same id
     info: InputInfo
+    similar: list[Similar] = dataclasses.field(default_factory=list)  # by line
+    dropped: dict[int, Similar] = dataclasses.field(default_factory=dict)  # policy drop
+
+
+def _by_batch(specs: list[BatchSpec], lines: dict[int, Any]) -> list[dict[int, Any]]:
+    """``lines`` split by the batch each line is in."""
+    import bisect
+
+    out: list[dict[int, Any]] = [{} for _ in specs]
+    starts = [s.first_line for s in specs]
+    for line, value in lines.items():
+        out[bisect.bisect_right(starts, line) - 1][line] = value
+    return out
 
 
 def file_sha256(path: str | Path) -> str:
@@ -65,19 +84,32 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def batch_key(spec: BatchSpec, content_digest: str, duplicates: dict[int, int]) -> str:
-    """The identity of a batch's input: path, line range, bytes, repeated-id lines."""
+def batch_key(
+    spec: BatchSpec,
+    content_digest: str,
+    duplicates: dict[int, int],
+    dropped: dict[int, Similar] | None = None,
+) -> str:
+    """The identity of a batch's input: path, line range, bytes, repeated-id lines, and the
+    lines a ``drop`` policy drops as repeated prompts."""
     h = hashlib.blake2b(digest_size=16)
     h.update(orjson.dumps([os.path.abspath(spec.path), spec.first_line, spec.count]))
     h.update(content_digest.encode())
     h.update(orjson.dumps(sorted(duplicates.items())))
+    if dropped:  # nothing dropped: the key batches had before the policy existed
+        h.update(orjson.dumps(sorted((s.line, s.first, s.kind) for s in dropped.values())))
     return h.hexdigest()
 
 
-def scan_input(partition: str, path: str | Path, batch_size: int) -> InputScan:
+def scan_input(
+    partition: str, path: str | Path, batch_size: int, near: NearDuplicates | None = None
+) -> InputScan:
     """Plan ``path`` into batches of ``batch_size`` lines, streaming it once (plus a re-read of
-    each batch's range, which the page cache serves): no prompt is held in memory."""
+    each batch's range, which the page cache serves): no prompt is held in memory. With
+    ``near`` (policy other than off), prompts that repeat an earlier line's are found too."""
     finder = DuplicateFinder()
+    policy = near.policy if near else "off"
+    similar_finder = NearDuplicateFinder(near.threshold) if near and policy != "off" else None
     specs: list[BatchSpec] = []
     digests: list[str] = []
     whole = hashlib.sha256()
@@ -95,24 +127,26 @@ def scan_input(partition: str, path: str | Path, batch_size: int) -> InputScan:
             parsed = parse_prompt(raw, line)
             if isinstance(parsed, Prompt):
                 finder.add(parsed.id, line)
+                if similar_finder is not None:
+                    similar_finder.add(line, parsed.messages, parsed.tools)
         specs.append(spec)
         digests.append(digest)
     duplicates = finder.duplicates()
-    by_batch: list[dict[int, int]] = [{} for _ in specs]
-    if duplicates:
-        starts = [s.first_line for s in specs]
-        import bisect
-
-        for line, first in duplicates.items():
-            by_batch[bisect.bisect_right(starts, line) - 1][line] = first
+    similar = similar_finder.find(skip=duplicates) if similar_finder is not None else []
+    dropped = {s.line: s for s in similar} if policy == "drop" else {}
     batches = [
-        dataclasses.replace(spec, key=batch_key(spec, digest, dups), digest=digest)
-        for spec, digest, dups in zip(specs, digests, by_batch, strict=True)
+        dataclasses.replace(spec, key=batch_key(spec, digest, dups, drop), digest=digest)
+        for spec, digest, dups, drop in zip(
+            specs, digests, _by_batch(specs, duplicates), _by_batch(specs, dropped), strict=True
+        )
     ]
     info = InputInfo(
         path=str(path),
         size=Path(path).stat().st_size,
         sha256=file_sha256(path) if parquet else whole.hexdigest(),
         lines=sum(s.count for s in specs),
+        exact_duplicates=sum(s.kind == "exact" for s in similar),
+        near_duplicates=sum(s.kind == "near" for s in similar),
+        near_duplicates_policy=policy,
     )
-    return InputScan(batches, duplicates, info)
+    return InputScan(batches, duplicates, info, similar, dropped)

@@ -22,8 +22,10 @@ from typing import Any
 
 import yaml
 
+from eagle3_datagen.config import ServingProfile
 from eagle3_datagen.provenance import EMULATOR, recorded_server_kind
 from eagle3_datagen.report.acceptance import acceptance_markdown, read_acceptance
+from eagle3_datagen.report.coverage import Coverage, coverage_markdown
 from eagle3_datagen.report.data_picture import (
     PartitionPicture,
     partition_picture,
@@ -63,6 +65,10 @@ COLUMNS: dict[str, str] = {
     "images": "image prompts: list of struct ref, sha256, width, height, format, tokens, in "
     "placeholder order (`docs/images.md`); null for text",
     "has_tools": "the prompt declared tools (null in data written before this column)",
+    "has_tool_results": "the conversation so far holds a tool result (null in data written "
+    "before this column)",
+    "user_turns": "user messages in the conversation so far (null in data written before this "
+    "column)",
     "spec_verify_ct": "speculating server: verify steps of the request; null when the server "
     "sent no speculative fields (it does not speculate), never 0",
     "spec_num_correct_drafts": "speculating server: draft tokens accepted (bonus tokens "
@@ -225,17 +231,27 @@ def _counts(pictures: list[PartitionPicture], manifest: dict[str, Any]) -> str:
     entries = manifest.get("partitions", {})
     lines = [
         "| partition | status | input lines done | accepted | rejected | truncated | "
-        "output tokens |",
-        "|---|---|---|---|---|---|---|",
+        "output tokens | repeated prompts (exact / near) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for p in pictures:
         entry = entries.get(p.partition, {})
         tokens = sum(p.output.values)
         lines.append(
             f"| {p.partition} | {entry.get('status', '-')} | {p.input_lines} | {p.accepted} | "
-            f"{p.rejected} | {p.truncated} ({p.truncation_rate:.1%}) | {tokens} |"
+            f"{p.rejected} | {p.truncated} ({p.truncation_rate:.1%}) | {tokens} | "
+            f"{_repeated(entry.get('input') or {})} |"
         )
     return "\n".join(lines)
+
+
+def _repeated(scan: dict[str, Any]) -> str:
+    """The input scan's repeated prompts and what its policy did (docs/coverage.md)."""
+    policy = scan.get("near_duplicates_policy") or "off"
+    if policy == "off":
+        return "not looked for"
+    counts = f"{scan.get('exact_duplicates', 0)} / {scan.get('near_duplicates', 0)}"
+    return f"{counts}, {'dropped' if policy == 'drop' else 'kept'}"
 
 
 def _acceptance(output_dir: str | Path, names: list[str]) -> list[str]:
@@ -248,7 +264,10 @@ def _acceptance(output_dir: str | Path, names: list[str]) -> list[str]:
 
 
 def card_text(
-    output_dir: str | Path, manifest: dict[str, Any], pictures: list[PartitionPicture]
+    output_dir: str | Path,
+    manifest: dict[str, Any],
+    pictures: list[PartitionPicture],
+    coverage: Coverage | None = None,
 ) -> str:
     fingerprint = manifest.get("fingerprint", {})
     by_name = {p.partition: p for p in pictures}
@@ -280,6 +299,7 @@ def card_text(
         "## Counts",
         _counts(pictures, manifest),
         *_acceptance(output_dir, names),
+        *([coverage_markdown(coverage, heading="##").rstrip()] if coverage else []),
         "## What the data looks like",
         *(picture_markdown(p, heading="###") for p in pictures),
     ]
@@ -287,24 +307,44 @@ def card_text(
 
 
 def write_dataset_card(
-    output_dir: str | Path, manifest: dict[str, Any], pictures: list[PartitionPicture]
+    output_dir: str | Path,
+    manifest: dict[str, Any],
+    pictures: list[PartitionPicture],
+    coverage: Coverage | None = None,
 ) -> Path:
     """Write ``<output_dir>/README.md`` (atomically) and return its path."""
     path = Path(output_dir) / CARD
-    atomic_write_bytes(path, card_text(output_dir, manifest, pictures).encode())
+    atomic_write_bytes(path, card_text(output_dir, manifest, pictures, coverage).encode())
     return path
 
 
 def refresh_dataset_card(
-    output_dir: str | Path, manifest: dict[str, Any]
+    output_dir: str | Path,
+    manifest: dict[str, Any],
+    profile: ServingProfile | None = None,
+    coverage: Coverage | None = None,
 ) -> dict[str, PartitionPicture]:
     """Picture every partition of the manifest from disk and rewrite the card; return them.
 
     Both the one-node flow and the fan-out call this once their manifest is final, so the card
-    always describes the whole directory, whichever run wrote it last.
+    always describes the whole directory, whichever run wrote it last. ``coverage`` (already
+    read, e.g. for an artifact) or else one read here against ``profile`` goes in its section.
     """
     pictures = {
         name: partition_picture(output_dir, name) for name in manifest.get("partitions", {})
     }
-    write_dataset_card(output_dir, manifest, list(pictures.values()))
+    if coverage is None:
+        coverage = card_coverage(output_dir, profile)
+    write_dataset_card(output_dir, manifest, list(pictures.values()), coverage)
     return pictures
+
+
+def card_coverage(output_dir: str | Path, profile: ServingProfile | None) -> Coverage | None:
+    """The directory's coverage for the card; None (no section) when it cannot be read."""
+    from eagle3_datagen.errors import DatagenError
+    from eagle3_datagen.report.coverage import dataset_coverage
+
+    try:
+        return dataset_coverage(output_dir, profile)
+    except DatagenError:
+        return None

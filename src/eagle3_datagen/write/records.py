@@ -65,6 +65,10 @@ RECORD_SCHEMA = pa.schema(
         # Whether the prompt declared tools (null in data written before this column): acceptance
         # is reported with and without tools.
         pa.field("has_tools", pa.bool_()),
+        # The conversation so far (null in data written before these columns), for coverage
+        # against a serving profile (docs/coverage.md): a tool result in it, its user turns.
+        pa.field("has_tool_results", pa.bool_()),
+        pa.field("user_turns", pa.int32()),
         # Speculative decoding (docs/sglang-speculative.md): the request's meta_info fields as
         # a speculating SGLang sent them; null when it sent none (the server does not
         # speculate, or the request ended before any verify step), never 0.
@@ -146,6 +150,8 @@ class Record:
     model_prompt_ids: list[int] | None = None
     images: list[dict[str, Any]] | None = None
     has_tools: bool | None = None
+    has_tool_results: bool | None = None
+    user_turns: int | None = None
     spec_verify_ct: int | None = None
     spec_num_correct_drafts: int | None = None
     spec_num_proposed_drafts: int | None = None
