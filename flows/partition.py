@@ -42,7 +42,7 @@ from eagle3_datagen_flows import expected_failures
 from eagle3_datagen_flows.failed_batches import supersede_partition
 from eagle3_datagen_flows.prefect_text import artifact_key
 from eagle3_datagen_flows.secrets import api_key_for
-from eagle3_datagen_flows.stopping import cancel_crashed_tasks, cancel_on_sigterm, cancelled
+from eagle3_datagen_flows.stopping import cancel_crashed, cancel_on_sigterm, cancelled
 from eagle3_datagen_tasks.batch import generate_batch
 
 # A batch out of retries logs one ERROR line, not its traceback (expected_failures.py).
@@ -213,7 +213,7 @@ async def generate_partition(
             message = f"{partition}: the run was stopped before this partition finished"
             state = cancelled(message)
             with contextlib.suppress(Exception):  # a state's wording never fails the stop
-                await cancel_crashed_tasks(
+                await cancel_crashed(
                     prefect.runtime.flow_run.id,
                     f"{partition}: the run was stopped as this batch started; a rerun generates it",
                 )

@@ -53,7 +53,7 @@ from eagle3_datagen_flows.partition import generate_partition
 from eagle3_datagen_flows.prefect_text import failure_reason
 from eagle3_datagen_flows.run_report import RunReport
 from eagle3_datagen_flows.secrets import api_key_for
-from eagle3_datagen_flows.stopping import cancel_on_sigterm, stopped_run
+from eagle3_datagen_flows.stopping import cancel_crashed, cancel_on_sigterm, stopped_run
 
 
 def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]) -> None:
@@ -148,6 +148,8 @@ async def _run_partitions(
         final = await asyncio.gather(*running.values())
     except asyncio.CancelledError:
         await _keep_completed(running, outcome)
+        with contextlib.suppress(Exception):  # a state's wording never fails the stop
+            await cancel_crashed(flow_run.id, "the run was stopped as this partition started")
         raise
     with contextlib.suppress(Exception):  # a report never fails the run
         await publish_limit_changes(srv.controller)

@@ -25,8 +25,13 @@ import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
+import prefect.runtime
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterParentFlowRunId,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
     TaskRunFilter,
     TaskRunFilterFlowRunId,
     TaskRunFilterState,
@@ -43,6 +48,9 @@ _bodies: list[asyncio.Task[Any]] = []
 _previous: list[Any] = []  # the SIGTERM handler found when the outermost body started
 #: The signals that cancelled a flow body in this process (the command line reads it).
 received: list[int] = []
+#: The outermost flow run whose body ran in this process (the command line marks what a
+#: stop left of it: :func:`cancel_crashed`).
+outermost_run: list[Any] = []
 # Where `prefect flow-run execute` is told to reschedule or relinquish on SIGTERM, the signal
 # means the pod is going away, not that someone stopped the run.
 _SUPERVISOR_BEHAVIOR = "PREFECT_FLOW_RUN_EXECUTE_SIGTERM_BEHAVIOR"
@@ -84,22 +92,35 @@ def stopped_run(err: BaseException, outcome: RunOutcome) -> State[Any]:
     return cancelled(outcome.cancelled_message())
 
 
-async def cancel_crashed_tasks(flow_run_id: Any, message: str) -> int:
-    """Set Cancelled the task runs of ``flow_run_id`` that a stop left Crashed; how many.
+# What a stop can leave of a run Prefect was starting: Crashed, or never past Pending.
+_LEFT_BEHIND = [StateType.CRASHED, StateType.PENDING]
 
-    A stop that lands while a batch task is still starting (Prefect's engine creating the
-    task run, before our code runs) is recorded Crashed, "Execution was cancelled by the
-    runtime environment": the engine, not our code, received the cancellation. The batch was
-    stopped like the others, so it says so. Called once every batch of the flow run ended."""
+
+async def cancel_crashed(flow_run_id: Any, message: str) -> int:
+    """Set Cancelled what a stop left Crashed or Pending under ``flow_run_id``: its task runs
+    and its subflow runs; how many.
+
+    A stop that lands while Prefect is still starting a batch task or a subflow (its engine
+    creating the run, before our code runs) leaves it Pending, or Crashed: "Execution was
+    cancelled by the runtime environment", the engine, not our code, received the
+    cancellation. It was stopped like the others, so it says so. Called once everything under
+    the run ended."""
     crashed = TaskRunFilter(
         flow_run_id=TaskRunFilterFlowRunId(any_=[flow_run_id]),
-        state=TaskRunFilterState(type=TaskRunFilterStateType(any_=[StateType.CRASHED])),
+        state=TaskRunFilterState(type=TaskRunFilterStateType(any_=_LEFT_BEHIND)),
+    )
+    subflows = FlowRunFilter(
+        parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id]),
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=_LEFT_BEHIND)),
     )
     async with get_client() as client:
-        runs = await client.read_task_runs(task_run_filter=crashed)
-        for run in runs:
-            await client.set_task_run_state(run.id, Cancelled(message=message), force=True)
-    return len(runs)
+        tasks = await client.read_task_runs(task_run_filter=crashed)
+        for task in tasks:
+            await client.set_task_run_state(task.id, Cancelled(message=message), force=True)
+        subs = await client.read_flow_runs(flow_run_filter=subflows)
+        for sub in subs:
+            await client.set_flow_run_state(sub.id, Cancelled(message=message), force=True)
+    return len(tasks) + len(subs)
 
 
 def _on_sigterm() -> None:
@@ -131,6 +152,8 @@ async def cancel_on_sigterm() -> AsyncIterator[None]:
     comes back."""
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
+    if not _bodies:
+        outermost_run[:] = [prefect.runtime.flow_run.id]
     if task is None or supervised():
         yield
         return

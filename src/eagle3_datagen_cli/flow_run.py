@@ -68,7 +68,7 @@ def run_pipeline(
 
     prefect_env()
     from eagle3_datagen_cli.console import quiet_console_tracebacks, stopping_now
-    from eagle3_datagen_flows.stopping import received
+    from eagle3_datagen_flows.stopping import outermost_run, received
 
     quiet_console_tracebacks()
     runs: list[Any] = []  # the flow run, once Prefect says how it ended (its hooks)
@@ -85,11 +85,14 @@ def run_pipeline(
                 on_stop=stopping_now,
             )
         except Interrupted as stop:
-            for run in runs[:1]:
-                await mark_cancelled(run.id, stop.why)
+            for run_id in [r.id for r in runs[:1]] or outermost_run[:1]:
+                await mark_cancelled(run_id, stop.why)
             raise
         if state.is_cancelled() and received:  # SIGTERM, taken by the flow itself
-            raise Interrupted(received[0])
+            taken = Interrupted(received[0])
+            for run_id in outermost_run[:1]:
+                await mark_cancelled(run_id, taken.why)
+            raise taken
         return state
 
     from prefect.exceptions import TerminationSignal
@@ -99,8 +102,8 @@ def run_pipeline(
             state = asyncio.run(_main())
         except TerminationSignal as sig:  # Prefect's SIGTERM bridge, armed while a flow runs
             stop = Interrupted(sig.signal)
-            for run in runs[:1]:
-                asyncio.run(mark_cancelled(run.id, stop.why))
+            for run_id in [r.id for r in runs[:1]] or outermost_run[:1]:
+                asyncio.run(mark_cancelled(run_id, stop.why))
             raise stop from None
         if state.is_completed():
             return True, asyncio.run(state.aresult())

@@ -84,7 +84,7 @@ async def mark_cancelled(flow_run_id: Any, why: str) -> None:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
     from prefect.states import Cancelled, Cancelling
 
-    from eagle3_datagen_flows.stopping import cancel_crashed_tasks
+    from eagle3_datagen_flows.stopping import cancel_crashed
 
     async with get_client() as client:
         subs = await client.read_flow_runs(
@@ -104,4 +104,4 @@ async def mark_cancelled(flow_run_id: Any, why: str) -> None:
             await client.set_flow_run_state(run.id, state, force=True)
     for sub in subs:
         if sub.deployment_id is None:  # a subflow of this process (a job's are its worker's)
-            await cancel_crashed_tasks(sub.id, f"{why}, as this batch started")
+            await cancel_crashed(sub.id, f"{why}, as this batch started")
