@@ -66,6 +66,10 @@ class Prompt:
     # The line's images by reference (path, file:// URL or data URI), read and checked; the
     # request sends them in the order the rendered prompt meets them (docs/images.md).
     images: dict[str, LoadedImage] = field(default_factory=dict)
+    # The line's serving mode (its "mode", then inputs/modes.py's assignment) and the
+    # chat-template kwargs it renders with over model.chat_template_kwargs (docs/modes.md).
+    mode: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -296,8 +300,14 @@ def parse_prompt(
                 images[url] = read_image_ref(url, image_dir)
             except BadImage as err:
                 return reject(f"messages[{i}].content[{j}]: bad image: {err}")
+    mode = obj.get("mode")
+    if mode is not None and (not isinstance(mode, str) or not mode):
+        return reject("'mode' must be a non-empty string (a name declared in model.modes)")
+    kwargs = obj.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        return reject(f"'chat_template_kwargs' must be an object, got {type(kwargs).__name__}")
     prompt_id = rid_str or content_id(messages, tools or None)
-    return Prompt(prompt_id, line, messages, tools or None, images)
+    return Prompt(prompt_id, line, messages, tools or None, images, mode, dict(kwargs or {}))
 
 
 class DuplicateFinder:

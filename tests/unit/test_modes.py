@@ -1,0 +1,99 @@
+"""Serving modes: config checks (file:line), the assignment by line id, a line's own mode."""
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from eagle3_datagen.config import load_config
+from eagle3_datagen.errors import ConfigError
+from eagle3_datagen.inputs.modes import apply_mode, assign_mode
+from eagle3_datagen.inputs.prompts import InputReject, Prompt, parse_prompt
+
+CONFIG = """\
+model:
+  path: /models/m
+  chat_template_kwargs: {a: 1}
+  modes:
+    thinking: {}
+    instant: {thinking: false}
+partitions:
+  - name: p1
+    input: prompts.jsonl
+    tier: SHORT
+    modes: {thinking: 0.6, instant: 0.4}
+"""
+
+
+def load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    return load_config(path)
+
+
+def test_modes_load(tmp_path: Path) -> None:
+    cfg = load(tmp_path, CONFIG)
+    assert cfg.model.modes == {"thinking": {}, "instant": {"thinking": False}}
+    assert cfg.partitions[0].modes == {"thinking": 0.6, "instant": 0.4}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "needle"),
+    [
+        ("instant: 0.4", "instant: 0.3", 11, "mode shares sum to 0.9, not 1"),
+        ("instant: 0.4}", "instant: 0.4, fast: 0.0}", 11, "mode 'fast' is not declared"),
+        ("instant: {thinking", "custom: {thinking", 4, "reserved"),
+    ],
+)
+def test_bad_modes_name_file_line_and_reason(
+    tmp_path: Path, old: str, new: str, line: int, needle: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        load(tmp_path, CONFIG.replace(old, new))
+    assert f"cfg.yaml:{line}:" in str(err.value)
+    assert needle in str(err.value)
+
+
+def test_assignment_is_stable_and_follows_the_shares() -> None:
+    shares = {"thinking": 0.6, "instant": 0.4}
+    ids = [f"line-{i}" for i in range(2000)]
+    first = [assign_mode(i, shares) for i in ids]
+    assert first == [assign_mode(i, dict(shares)) for i in ids]
+    counts = Counter(first)
+    assert abs(counts["thinking"] / 2000 - 0.6) < 0.04
+    assert abs(counts["instant"] / 2000 - 0.4) < 0.04
+    assert set(assign_mode(i, {"a": 0.0, "b": 1.0}) for i in ids) == {"b"}
+    assert assign_mode("x", {}) == "default"
+
+
+def _prompt(line: str) -> Prompt:
+    parsed = parse_prompt(line.encode(), 3)
+    assert isinstance(parsed, Prompt)
+    return parsed
+
+
+MODES = {"thinking": {}, "instant": {"thinking": False}}
+MSG = '"messages": [{"role": "user", "content": "hi"}]'
+
+
+def test_a_line_names_its_mode_or_carries_kwargs() -> None:
+    named = apply_mode(_prompt('{"id": "a", "mode": "instant", ' + MSG + "}"), MODES, None)
+    assert isinstance(named, Prompt)
+    assert (named.mode, named.kwargs) == ("instant", {"thinking": False})
+    raw = '{"id": "a", "chat_template_kwargs": {"thinking": false, "x": 1}, ' + MSG + "}"
+    custom = apply_mode(_prompt(raw), MODES, {"thinking": 1.0})
+    assert isinstance(custom, Prompt)
+    assert (custom.mode, custom.kwargs) == ("custom", {"thinking": False, "x": 1})
+    both = '{"id": "a", "mode": "thinking", "chat_template_kwargs": {"x": 1}, ' + MSG + "}"
+    merged = apply_mode(_prompt(both), MODES, None)
+    assert isinstance(merged, Prompt) and (merged.mode, merged.kwargs) == ("thinking", {"x": 1})
+    plain = apply_mode(_prompt('{"id": "a", ' + MSG + "}"), MODES, None)
+    assert isinstance(plain, Prompt) and (plain.mode, plain.kwargs) == ("default", {})
+
+
+def test_an_undeclared_mode_is_a_reject_naming_the_line() -> None:
+    bad = apply_mode(_prompt('{"id": "a", "mode": "fast", ' + MSG + "}"), MODES, None)
+    assert isinstance(bad, InputReject) and bad.line == 3
+    assert "mode 'fast' is not declared in model.modes (declared: instant, thinking)" in bad.reason
+    wrong = parse_prompt(('{"chat_template_kwargs": [1], ' + MSG + "}").encode(), 4)
+    assert isinstance(wrong, InputReject) and "'chat_template_kwargs' must be an object" in wrong.reason
