@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_datagen.config import load_config
+from eagle3_datagen.config import PipelineConfig, load_config
 from eagle3_datagen.errors import ConfigError
 from eagle3_datagen.inputs.modes import apply_mode, assign_mode
 from eagle3_datagen.inputs.prompts import InputReject, Prompt, parse_prompt
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
 
 CONFIG = """\
 model:
@@ -25,7 +26,7 @@ partitions:
 """
 
 
-def load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+def load(tmp_path: Path, text: str) -> PipelineConfig:
     path = tmp_path / "cfg.yaml"
     path.write_text(text)
     return load_config(path)
@@ -96,4 +97,29 @@ def test_an_undeclared_mode_is_a_reject_naming_the_line() -> None:
     assert isinstance(bad, InputReject) and bad.line == 3
     assert "mode 'fast' is not declared in model.modes (declared: instant, thinking)" in bad.reason
     wrong = parse_prompt(('{"chat_template_kwargs": [1], ' + MSG + "}").encode(), 4)
-    assert isinstance(wrong, InputReject) and "'chat_template_kwargs' must be an object" in wrong.reason
+    assert (
+        isinstance(wrong, InputReject)
+        and "'chat_template_kwargs' must be an object" in wrong.reason
+    )
+
+
+def test_each_line_renders_with_its_modes_kwargs(chat_tokenizer: ChatTokenizer) -> None:
+
+    tok = chat_tokenizer
+    lines = [
+        '{"id": "t", "mode": "thinking", ' + MSG + "}",
+        '{"id": "i", "mode": "instant", ' + MSG + "}",
+        '{"id": "c", "chat_template_kwargs": {"add_generation_prompt": false}, ' + MSG + "}",
+    ]
+    prompts = [
+        p for line in lines if isinstance(p := apply_mode(_prompt(line), MODES, None), Prompt)
+    ]
+    assert len(prompts) == 3
+    thinking, instant, bad = tok.render(prompts)
+    assert isinstance(thinking, list) and isinstance(instant, list)
+    think, end = tok.token_id("<think>"), tok.token_id("</think>")
+    assert thinking[-1] == think
+    assert instant[-2:] == [think, end]
+    assert instant[:-1] == thinking  # the same prompt, the instant generation prompt after it
+    # Like SGLang's chat path, a kwarg that repeats a named argument fails the request.
+    assert isinstance(bad, RenderError) and "add_generation_prompt" in bad.reason

@@ -69,6 +69,9 @@ COLUMNS: dict[str, str] = {
     "before this column)",
     "user_turns": "user messages in the conversation so far (null in data written before this "
     "column)",
+    "mode": "the line's serving mode, e.g. `thinking` or `instant` (`docs/modes.md`): `default` "
+    "when none is declared, `custom` for a line's own chat_template_kwargs; null in data "
+    "written before this column",
     "spec_verify_ct": "speculating server: verify steps of the request; null when the server "
     "sent no speculative fields (it does not speculate), never 0",
     "spec_num_correct_drafts": "speculating server: draft tokens accepted (bonus tokens "
