@@ -5,11 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_datagen.config import PipelineConfig, load_config
+from eagle3_datagen.config import PipelineConfig, SpecialTokens, ValidationPolicy, load_config
 from eagle3_datagen.errors import ConfigError
 from eagle3_datagen.inputs.modes import apply_mode, assign_mode
 from eagle3_datagen.inputs.prompts import InputReject, Prompt, parse_prompt
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
+from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.validate.tokens import validate_output
 
 CONFIG = """\
 model:
@@ -123,3 +125,43 @@ def test_each_line_renders_with_its_modes_kwargs(chat_tokenizer: ChatTokenizer) 
     assert instant[:-1] == thinking  # the same prompt, the instant generation prompt after it
     # Like SGLang's chat path, a kwarg that repeats a named argument fails the request.
     assert isinstance(bad, RenderError) and "add_generation_prompt" in bad.reason
+
+
+def _verdict(tok: ChatTokenizer, prompt: list[int], out: list[int], thinking: bool) -> list[str]:
+    ids = TokenIds.resolve(tok, SpecialTokens())
+    v = validate_output(
+        prompt,
+        out,
+        finish_type="stop",
+        finish_matched=out[-1],
+        prompt_tokens=len(prompt),
+        completion_tokens=len(out),
+        ids=ids,
+        policy=ValidationPolicy(),
+        thinking=thinking,
+    )
+    return [code for code, _ in v.reasons]
+
+
+def test_each_mode_has_its_rules(chat_tokenizer: ChatTokenizer) -> None:
+    tok = chat_tokenizer
+    think, end, eot = (tok.token_id(s) for s in ("<think>", "</think>", "<|im_end|>"))
+    word = tok.tok.encode("ok", add_special_tokens=False)
+    open_prompt, closed_prompt = [*word, think], [*word, think, end]
+    # Instant: the prompt closes the block; the answer opens and closes none.
+    assert _verdict(tok, closed_prompt, [*word, eot], thinking=False) == []
+    assert "unexpected_think_token" in _verdict(
+        tok, closed_prompt, [*word, end, *word, eot], thinking=False
+    )
+    assert "unexpected_think_token" in _verdict(
+        tok, closed_prompt, [think, *word, eot], thinking=False
+    )
+    # A template that ignored thinking: false gave the thinking prompt.
+    assert "mode_mismatch" in _verdict(tok, open_prompt, [*word, end, *word, eot], thinking=False)
+    # Thinking: the block closes exactly once.
+    assert _verdict(tok, open_prompt, [*word, end, *word, eot], thinking=True) == []
+    assert "think_end_count" in _verdict(tok, open_prompt, [*word, eot], thinking=True)
+    assert "think_end_count" in _verdict(
+        tok, open_prompt, [*word, end, *word, end, eot], thinking=True
+    )
+    assert "mode_mismatch" in _verdict(tok, closed_prompt, [*word, eot], thinking=True)

@@ -63,3 +63,20 @@ def apply_mode(
         name = assign_mode(prompt.id, shares or {})
     kwargs = {**modes.get(name, {}), **prompt.kwargs}
     return dataclasses.replace(prompt, mode=name, kwargs=kwargs)
+
+
+def thinking_of(kwargs: Mapping[str, Any]) -> bool | None:
+    """Whether the kwargs switch reasoning on (True) or off (False); None when they do not
+    say (the prompt's own shape decides, as before modes existed)."""
+    value = kwargs.get("thinking")
+    return value if isinstance(value, bool) else None
+
+
+def recorded_thinking(
+    mode: str | None, base: Mapping[str, Any], modes: Mapping[str, Mapping[str, Any]]
+) -> bool | None:
+    """A stored record's reasoning switch from its ``mode`` column and the fingerprint's
+    kwargs; None for a ``custom`` line (its own kwargs are not stored) or no mode."""
+    if mode is None or mode == CUSTOM_MODE or (mode != DEFAULT_MODE and mode not in modes):
+        return None
+    return thinking_of({**base, **modes.get(mode, {})})
