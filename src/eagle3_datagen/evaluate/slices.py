@@ -2,10 +2,10 @@
 
 The slices are the generation run's (``report/acceptance.py``: partition, turn index, with and
 without tools, serving mode, with and without images, output-length bucket), computed by the
-same code from rows shaped like records, so an eval's slices read like the dataset card's. Every figure pools
-the requests' counters (``sglang/speculative.py``, ``summarize``): never a mean of per-request
-ratios. The overall figures add the per-position acceptance given the previous position and
-the pooled histogram.
+same code from rows shaped like records, so an eval's slices read like the dataset card's.
+Every figure pools the requests' counters (``sglang/speculative.py``, ``summarize``): never a
+mean of per-request ratios. The overall figures add the per-position acceptance given the
+previous position and the pooled histogram.
 """
 
 from __future__ import annotations
