@@ -165,3 +165,18 @@ def test_each_mode_has_its_rules(chat_tokenizer: ChatTokenizer) -> None:
         tok, open_prompt, [*word, end, *word, end, eot], thinking=True
     )
     assert "mode_mismatch" in _verdict(tok, closed_prompt, [*word, eot], thinking=True)
+
+
+def test_the_card_names_the_modes_and_each_mixture() -> None:
+    from eagle3_datagen.report.dataset_card import _provenance
+
+    content = {
+        "modes": MODES,
+        "generation": {"p": {"modes": {"thinking": 0.6, "instant": 0.4}}, "q": {"samples": 1}},
+    }
+    text = _provenance({"fingerprint": {"content": content}})
+    assert (
+        "| serving modes (docs/modes.md) | `thinking {}, instant {'thinking': False}; "
+        "p: thinking 0.6, instant 0.4` |"
+    ) in text
+    assert "serving modes" not in _provenance({"fingerprint": {"content": {}}})
