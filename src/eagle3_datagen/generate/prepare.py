@@ -18,8 +18,8 @@ from eagle3_datagen.inputs.prompts import (
     BatchSpec,
     InputReject,
     Prompt,
-    _raw_text,
     parse_prompt,
+    raw_text,
     read_batch,
 )
 from eagle3_datagen.render.chat_tokenizer import RenderError
@@ -74,7 +74,7 @@ def _parse(runner: PartitionRunner, spec: BatchSpec) -> tuple[list[Prompt], list
         if isinstance(parsed, Prompt):
             parsed = apply_mode(parsed, modes, shares)
         if isinstance(parsed, InputReject):
-            parsed.raw = parsed.raw or _raw_text(raw)
+            parsed.raw = parsed.raw or raw_text(raw)
             rejects.append(input_reject(runner.partition, parsed))
         else:
             prompts.append(parsed)

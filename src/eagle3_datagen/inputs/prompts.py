@@ -222,7 +222,7 @@ def content_id(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | Non
     return "sha256:" + hashlib.sha256(blob).hexdigest()[:32]
 
 
-def _raw_text(raw: bytes | dict[str, Any], limit: int = 65536) -> str:
+def raw_text(raw: bytes | dict[str, Any], limit: int = 65536) -> str:
     if isinstance(raw, dict):
         return orjson.dumps(raw, default=str).decode()[:limit]
     return raw[:limit].decode("utf-8", "replace")
@@ -243,25 +243,23 @@ def parse_prompt(
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            return InputReject(line, f"not valid UTF-8 at byte {err.start}", _raw_text(raw))
+            return InputReject(line, f"not valid UTF-8 at byte {err.start}", raw_text(raw))
         try:
             obj = orjson.loads(text)
         except orjson.JSONDecodeError as err:
             return InputReject(line, f"invalid JSON: {err}", text[:65536])
     if not isinstance(obj, dict):
-        return InputReject(
-            line, f"expected a JSON object, got {type(obj).__name__}", _raw_text(raw)
-        )
+        return InputReject(line, f"expected a JSON object, got {type(obj).__name__}", raw_text(raw))
 
     rid = obj.get("id")
     if rid is not None and not isinstance(rid, (str, int)):
-        return InputReject(line, f"'id' must be a string, got {type(rid).__name__}", _raw_text(raw))
+        return InputReject(line, f"'id' must be a string, got {type(rid).__name__}", raw_text(raw))
     rid_str = str(rid) if rid is not None else None
     if rid_str is not None and not rid_str.strip():
-        return InputReject(line, "'id' is empty", _raw_text(raw))
+        return InputReject(line, "'id' is empty", raw_text(raw))
 
     def reject(reason: str) -> InputReject:
-        return InputReject(line, reason, _raw_text(raw), rid_str)
+        return InputReject(line, reason, raw_text(raw), rid_str)
 
     messages = obj.get("messages")
     if messages is None:
