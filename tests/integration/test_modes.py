@@ -12,14 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.inputs.modes import assign_mode
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
-from eagle3_datagen.validate.dataset import check_record
+from eagle3_datagen.validate.dataset import check_record, validate_dataset
+from eagle3_datagen_cli.flow_run import run_pipeline
 from tests.support import TOKENIZER_DIR
-from tests.support.pipeline import records, run_batches
+from tests.support.pipeline import base_config, records, run_batches
+from tests.support.prompts import write_prompts
 
 MODES = {"thinking": {}, "instant": {"thinking": False}}
 SHARES = {"thinking": 0.5, "instant": 0.5}
@@ -82,3 +85,30 @@ async def test_a_partition_mixes_thinking_and_instant_mode(
     assert "mode 'fast' is not declared in model.modes" in by_id["fast"]["reason"]
     assert by_id["bad"]["source_line"] == 27 and by_id["bad"]["reason_code"] == "template_error"
     assert "add_generation_prompt" in by_id["bad"]["reason"]
+
+
+@pytest.mark.usefixtures("prefect_backend")
+def test_a_mixed_run_validates_against_its_input_and_its_card_names_the_modes(
+    tmp_path: Path, emulator_factory: Any
+) -> None:
+    """The whole flow: ``validate --input`` renders every line again in its mode (from the
+    fingerprint) and finds the records' prompts; the offline checks apply each mode's rules."""
+    emu = emulator_factory("--random-seed", "0", "--emu-mean-output-tokens", "60").wait_ready()
+    prompts = tmp_path / "prompts.jsonl"
+    write_prompts(prompts, 30)
+    data = base_config(tmp_path, prompts)
+    data["server"] = {"mode": "attach", "url": emu.url}
+    data["model"]["modes"] = MODES
+    data["partitions"][0]["modes"] = SHARES
+    config = PipelineConfig.model_validate(data)
+    ok, result = run_pipeline(config)
+    assert ok, result
+    out = Path(config.output_dir)
+    rows = records(out, "chaos")
+    assert len(rows) == 30 and {r["mode"] for r in rows.values()} == {"thinking", "instant"}
+    report = validate_dataset(out, inputs=True)
+    assert report.ok, report.lines()
+    card = (out / "README.md").read_text()
+    assert (
+        "| serving modes (docs/modes.md) |" in card and "chaos: thinking 0.5, instant 0.5" in card
+    )
