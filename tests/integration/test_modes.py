@@ -82,7 +82,9 @@ async def test_a_partition_mixes_thinking_and_instant_mode(
     by_id = {r["id"]: r for r in rejects}
     assert set(by_id) == {"fast", "bad"}
     assert by_id["fast"]["source_line"] == 26
-    assert "mode 'fast' is not declared in model.modes" in by_id["fast"]["reason"]
+    assert (
+        f"{config.partition('p').input}:26: mode 'fast' is not declared" in by_id["fast"]["reason"]
+    )
     assert by_id["bad"]["source_line"] == 27 and by_id["bad"]["reason_code"] == "template_error"
     assert "add_generation_prompt" in by_id["bad"]["reason"]
 
