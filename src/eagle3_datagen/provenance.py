@@ -109,6 +109,9 @@ def build_fingerprint(
         "tokenizer": {k: v for k, v in tok.items() if k != "tokenizer_path"},
         "chat_template_sha256": tok["chat_template_sha256"],
         "chat_template_kwargs": config.model.chat_template_kwargs,
+        # Serving modes (docs/modes.md): each mode's kwargs change its lines' prompts; absent
+        # when none are declared, so older fingerprints stay the same.
+        **({"modes": config.model.modes} if config.model.modes else {}),
         # Which prompt ids the data holds: SGLang's chat path's or the raw template's.
         "render": tokenizer.reference,
         "sampling": config.sampling.model_dump(),
@@ -125,6 +128,8 @@ def build_fingerprint(
                 # Asking for logprobs draws the same tokens (docs/logprobs.md) but gives the
                 # records more columns; absent when off, so older fingerprints stay the same.
                 **({"logprobs": p.logprobs.model_dump()} if p.logprobs else {}),
+                # The mixture decides which lines render in which mode (absent when none).
+                **({"modes": p.modes} if p.modes else {}),
             }
             for p in config.partitions
         },

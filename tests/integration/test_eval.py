@@ -115,7 +115,8 @@ def test_eval_measures_the_held_out_split(
     assert len(data["position_acceptance"]) == STEPS
     assert data["position_acceptance"] == sorted(data["position_acceptance"], reverse=True)
     slices = data["slices"]
-    assert set(slices) == {"partition", "turn", "tools", "images", "output_length"}
+    assert set(slices) == {"partition", "turn", "tools", "mode", "images", "output_length"}
+    assert set(slices["mode"]) == {"default"}  # no modes declared
     assert set(slices["turn"]) == {"0", "1"} and set(slices["images"]) == {"text only"}
     assert set(slices["tools"]) == {"with tools", "no tools"}
     for values in slices.values():

@@ -71,8 +71,8 @@ def _rec(partition: str, turn: int, n: int, correct: list[int], **more: Any) -> 
 
 def test_slices_pool_counters_then_divide() -> None:
     rows = [
-        _rec("a", 0, 100, [3, 3], has_tools=True),  # 8 tokens in 2 steps
-        _rec("a", 1, 1000, [0, 1, 2], has_tools=False, images=[{"tokens": 4}]),  # 6 in 3
+        _rec("a", 0, 100, [3, 3], has_tools=True, mode="instant"),  # 8 tokens in 2 steps
+        _rec("a", 1, 1000, [0, 1, 2], has_tools=False, images=[{"tokens": 4}], mode="thinking"),
         _rec("b", 0, 5000, [1], has_tools=None),  # 2 in 1
         {"partition": "b", "turn": 0, "completion_tokens": 9, "spec_verify_ct": None},
     ]
@@ -85,9 +85,12 @@ def test_slices_pool_counters_then_divide() -> None:
     assert by["turn"] == {"0": pytest.approx(10 / 3), "1": 2.0}
     assert by["tools"] == {"no tools": 2.0, "unknown": 2.0, "with tools": 4.0}
     assert by["images"] == {"text only": pytest.approx(10 / 3), "with images": 2.0}
+    # Per serving mode; a record from before the column counts as "default".
+    assert by["mode"] == {"default": 2.0, "instant": 4.0, "thinking": 2.0}
     assert list(by["output_length"]) == ["<128", "512-2047", "2048-8191"]
     text = acceptance_markdown(acc)
     assert "| tools | with tools | 1 | 2 | 4.00 |" in text
+    assert "| mode | instant | 1 | 2 | 4.00 |" in text
     assert rows_acceptance(rows[3:]) is None
 
 

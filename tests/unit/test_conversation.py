@@ -102,9 +102,10 @@ def _served(tok: ChatTokenizer, text: str, history: list[dict[str, Any]] | None 
     """The message SGLang's chat path returns for ``text`` as output ids of a request with the
     weather tool declared and ``history`` (the first user message by default)."""
     history = history or _conversation()[:2]
-    [prompt_ids] = tok.render([Prompt("x", 1, history, [WEATHER_TOOL])])
+    prompt = Prompt("x", 1, history, [WEATHER_TOOL])
+    [prompt_ids] = tok.render([prompt])
     assert isinstance(prompt_ids, list)
-    return served_turn(tok, history, [WEATHER_TOOL], prompt_ids, _out(tok, text), "stop")
+    return served_turn(tok, prompt, history, prompt_ids, _out(tok, text), "stop")
 
 
 def test_output_ids_become_the_message_sglang_returns(tok: ChatTokenizer) -> None:

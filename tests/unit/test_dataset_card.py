@@ -62,7 +62,8 @@ def test_card_after_two_runs(tmp_path: Path, chat_tokenizer: object) -> None:
     documented = re.findall(r"^\| `(\w+)` \| (.+) \|$", columns, flags=re.M)
     on_disk = pq.read_schema(next((tmp_path / "zeta").glob("part-*.parquet"))).names
     assert [name for name, _ in documented] == on_disk
-    assert len(on_disk) == 34  # 20, has_tools, has_tool_results, user_turns, 6 spec, 5 logprob
+    # 20, has_tools, has_tool_results, user_turns, mode, 6 spec, 5 logprob
+    assert len(on_disk) == 35
     assert all(len(doc.strip()) > 10 for _, doc in documented)
 
 

@@ -177,3 +177,40 @@ def test_asking_for_logprobs_refuses_records_made_without(
     assert diff_content(off["content"], on["content"]) == [
         "generation.p.logprobs: None -> {'top_k': 20}"
     ]
+
+
+def test_changing_the_mode_mixture_is_a_named_refusal(
+    tmp_path: Path, chat_tokenizer: ChatTokenizer, tokenizer_dir: Path
+) -> None:
+    """A line's mode decides its prompt ids: a mode's kwargs or the shares changed refuse the
+    data written before; without modes the fingerprint is the one from before modes existed."""
+    from eagle3_datagen.errors import OutputConflictError
+    from eagle3_datagen.write.guard import guard_output
+    from eagle3_datagen.write.manifest import write_manifest
+
+    def fingerprint(modes: dict[str, Any] | None, shares: dict[str, float] | None) -> Any:
+        part: dict[str, Any] = {"name": "p", "input": "p.jsonl", "tier": "SHORT"}
+        model: dict[str, Any] = {"path": str(tokenizer_dir)}
+        if modes is not None:
+            model["modes"] = modes
+        if shares is not None:
+            part["modes"] = shares
+        config = parse_config({"model": model, "partitions": [part]})
+        return build_fingerprint(config, chat_tokenizer, SERVER_INFO, "0.5.23")
+
+    plain = fingerprint(None, None)
+    assert "modes" not in plain["content"] and "modes" not in plain["content"]["generation"]["p"]
+    modes = {"thinking": {}, "instant": {"thinking": False}}
+    mixed = fingerprint(modes, {"thinking": 0.5, "instant": 0.5})
+    shifted = fingerprint(modes, {"thinking": 0.6, "instant": 0.4})
+    assert diff_content(mixed["content"], shifted["content"]) == [
+        "generation.p.modes.instant: 0.5 -> 0.4",
+        "generation.p.modes.thinking: 0.5 -> 0.6",
+    ]
+    other = fingerprint({**modes, "instant": {"thinking": True}}, {"thinking": 0.5, "instant": 0.5})
+    assert diff_content(mixed["content"], other["content"]) == [
+        "modes.instant.thinking: False -> True"
+    ]
+    write_manifest(tmp_path, {"fingerprint": mixed, "partitions": {}})
+    with pytest.raises(OutputConflictError, match=r"generation\.p\.modes"):
+        guard_output(tmp_path, shifted, ["p"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from eagle3_datagen.config.base import StrictModel
 
@@ -31,6 +31,14 @@ class ModelSpec(StrictModel):
         title="Chat template kwargs",
         description='Extra variables for the chat template, e.g. {"thinking": true}.',
     )
+    modes: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        title="Serving modes",
+        description="Named sets of chat-template kwargs, e.g. {thinking: {}, instant: "
+        "{thinking: false}}, each merged over chat_template_kwargs. A partition mixes them "
+        "(partitions[].modes), a line names one (\"mode\"); see docs/modes.md. 'default' and "
+        "'custom' are reserved.",
+    )
     render: Literal["sglang_chat", "template"] = Field(
         default="sglang_chat",
         title="Render reference",
@@ -40,6 +48,14 @@ class ModelSpec(StrictModel):
             "template: the data through the chat template as it is. See docs/render.md."
         ),
     )
+
+    @field_validator("modes")
+    @classmethod
+    def _mode_names(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        reserved = sorted({"default", "custom"} & set(v))
+        if reserved:
+            raise ValueError(f"mode names {reserved} are reserved (docs/modes.md)")
+        return v
 
     @property
     def tokenizer_dir(self) -> str:

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 
 from eagle3_datagen.config.base import StrictModel
 
+MODE_SHARE_SLACK = 1e-6  # a mixture's shares sum to 1 within this
 AUTO_PARTITION_CAP = 1024  # a tier with concurrency "auto" never has more in flight
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -130,6 +131,14 @@ class Partition(StrictModel):
         "earlier line: found when the input is scanned, reported with both lines.",
     )
 
+    modes: dict[str, Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]] | None = Field(
+        title="Mode mixture",
+        default=None,
+        description="Share of lines per mode declared in model.modes, e.g. {thinking: 0.6, "
+        "instant: 0.4}; the shares sum to 1. A line's mode is fixed by its id (a rerun keeps "
+        "it); a line's own mode or chat_template_kwargs comes first (docs/modes.md).",
+    )
+
     def temperature(self, sample: int, default: float) -> float:
         """The temperature of sample ``sample``."""
         return self.temperatures[sample % len(self.temperatures)] if self.temperatures else default
@@ -142,4 +151,13 @@ class Partition(StrictModel):
                 f"partition name {v!r} is not a safe directory name "
                 "(letters, digits, '_', '-', '.'; no slashes, no '..')"
             )
+        return v
+
+    @field_validator("modes")
+    @classmethod
+    def _shares(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is not None:
+            total = sum(v.values())
+            if not v or abs(total - 1.0) > MODE_SHARE_SLACK:
+                raise ValueError(f"mode shares sum to {total:.6g}, not 1")
         return v

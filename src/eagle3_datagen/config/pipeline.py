@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails
 
 from eagle3_datagen.config.base import StrictModel
 from eagle3_datagen.config.model import ModelSpec, SpecialTokens
@@ -76,6 +77,7 @@ class PipelineConfig(StrictModel):
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
             raise ValueError(f"duplicate partition names: {sorted(dupes)}")
+        self._declared_modes()
         for p in self.partitions:
             if p.tier not in tier_names:
                 raise ValueError(
@@ -83,6 +85,28 @@ class PipelineConfig(StrictModel):
                     f"{tier_names}"
                 )
         return self
+
+    def _declared_modes(self) -> None:
+        """Every mode a partition mixes is declared in model.modes; the error is located at
+        the partition's mode, so the loader names its YAML line."""
+        declared = ", ".join(sorted(self.model.modes)) or "none"
+        errors = [
+            InitErrorDetails(
+                type="value_error",
+                loc=("partitions", i, "modes", name),
+                input=name,
+                ctx={
+                    "error": ValueError(
+                        f"mode {name!r} is not declared in model.modes (declared: {declared})"
+                    )
+                },
+            )
+            for i, p in enumerate(self.partitions)
+            for name in p.modes or {}
+            if name not in self.model.modes
+        ]
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
 
     def tier(self, name: str) -> Tier:
         return next(t for t in self.tiers if t.name == name)

@@ -45,7 +45,7 @@ async def _one(
     stats = parse_spec_meta(meta, settings)
     if stats is None:  # not reached: the server was checked to speculate
         raise ServerError(f"{rec.partition}/{rec.id}: the server sent no speculative counters")
-    return measured(rec.partition, rec.turn, rec.has_tools, stats)
+    return measured(rec.partition, rec.turn, rec.has_tools, stats, rec.mode)
 
 
 async def measure(

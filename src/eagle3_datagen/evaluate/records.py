@@ -19,7 +19,16 @@ from eagle3_datagen.write.dataset_dir import DatasetDir, iter_rows
 from eagle3_datagen.write.export_plan import committed_shards, held_out, present_columns, scan
 from eagle3_datagen.write.heldout import VALIDATION, HeldOut
 
-_COLUMNS = ("id", "conversation_id", "turn", "prompt_ids", "sampling", "images", "has_tools")
+_COLUMNS = (
+    "id",
+    "conversation_id",
+    "turn",
+    "prompt_ids",
+    "sampling",
+    "images",
+    "has_tools",
+    "mode",
+)
 _SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 
@@ -33,6 +42,7 @@ class HeldOutRecord:
     prompt_ids: list[int]
     sampling: dict[str, Any]
     has_tools: bool | None  # the prompt declared tools (None: a dataset from before the column)
+    mode: str | None = None  # the line's serving mode (None: a dataset from before the column)
 
 
 @dataclass(slots=True)
@@ -102,6 +112,7 @@ def held_out_records(ds: DatasetDir, ids: TokenIds, fraction: float, seed: int) 
                 prompt_ids=row["prompt_ids"],
                 sampling=request_sampling(ds, partition, row.get("sampling"), ids),
                 has_tools=row.get("has_tools"),
+                mode=row.get("mode"),
             )
         )
     if not records:

@@ -1,11 +1,11 @@
 """Acceptance overall and per slice, as the eval JSON holds it.
 
 The slices are the generation run's (``report/acceptance.py``: partition, turn index, with and
-without tools, with and without images, output-length bucket), computed by the same code from
-rows shaped like records, so an eval's slices read like the dataset card's. Every figure pools
-the requests' counters (``sglang/speculative.py``, ``summarize``): never a mean of per-request
-ratios. The overall figures add the per-position acceptance given the previous position and
-the pooled histogram.
+without tools, serving mode, with and without images, output-length bucket), computed by the
+same code from rows shaped like records, so an eval's slices read like the dataset card's.
+Every figure pools the requests' counters (``sglang/speculative.py``, ``summarize``): never a
+mean of per-request ratios. The overall figures add the per-position acceptance given the
+previous position and the pooled histogram.
 """
 
 from __future__ import annotations
@@ -27,7 +27,11 @@ class Measured:
 
 
 def measured(
-    partition: str, turn: int, has_tools: bool | None, stats: SpecRequestStats
+    partition: str,
+    turn: int,
+    has_tools: bool | None,
+    stats: SpecRequestStats,
+    mode: str | None = None,
 ) -> Measured:
     """The answer as a row with the record columns the slicing reads (no images: eval sends
     none)."""
@@ -36,6 +40,7 @@ def measured(
         "turn": turn,
         "completion_tokens": stats.completion_tokens,
         "has_tools": has_tools,
+        "mode": mode,
         "images": None,
         "spec_verify_ct": stats.verify_ct,
         "spec_num_correct_drafts": stats.num_correct_drafts,

@@ -27,6 +27,7 @@ turn). ``n`` and ``k`` count from 0 and are stored in the ``sample`` and ``turn`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,7 +80,7 @@ def first_turn(prompt: Prompt, regenerate: str) -> Prompt:
     end = plan_turns(prompt, regenerate)[0].history_end
     if end == len(prompt.messages):
         return prompt
-    return Prompt(prompt.id, prompt.line, prompt.messages[:end], prompt.tools, prompt.images)
+    return dataclasses.replace(prompt, messages=prompt.messages[:end])
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +104,16 @@ def record_id(base: str, turn: int, sample: int, *, turns: bool, samples: int) -
 
 def served_turn(
     tokenizer: ChatTokenizer,
+    prompt: Prompt,
     history: Sequence[Message],
-    tools: Sequence[Any] | None,
     prompt_ids: Sequence[int],
     output_ids: Sequence[int],
     finish_type: str,
 ) -> tuple[Message, list[ServedCall] | None]:
     """The model's turn as SGLang 0.5.23's chat path returns it to a client that sent
-    ``history`` and ``tools`` (sglang/chat_response.py), and the calls it returns."""
-    request = ChatRequest(history, tools, tokenizer.chat_template_kwargs)
+    ``history``, the line's tools and its chat_template_kwargs (sglang/chat_response.py), and
+    the calls it returns."""
+    request = ChatRequest(history, prompt.tools, tokenizer.kwargs_for(prompt))
     return served_message(
         tokenizer.tok, request, prompt_ids, output_ids, stop_matched=finish_type == "stop"
     )

@@ -4,6 +4,7 @@ another, each on the model's own earlier turns (generate/conversation.py)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import TYPE_CHECKING
 
 from eagle3_datagen.errors import BatchFailed, DatagenError
@@ -107,15 +108,14 @@ async def run_conversation(
                 break
             ids = later
         sampling = turn_sampling(runner, rec_id, temperature)
-        media = runner.images(
-            Prompt(rec_id, prompt.line, history, prompt.tools, prompt.images), ids
-        )
+        media = runner.images(dataclasses.replace(prompt, id=rec_id, messages=history), ids)
         assert not isinstance(media, str)  # checked when the turn was rendered
         record = await run_turn(runner, index, prompt, ids, sampling, earlier, out, at, media)
         if record is None:
             break
         record.has_tool_results = any(m.get("role") == "tool" for m in history)
         record.user_turns = sum(m.get("role") == "user" for m in history)
+        record.mode = prompt.mode
         out.records.append(record)
         if pos + 1 == len(slots):
             break
@@ -134,7 +134,7 @@ async def _later_turn_ids(
     """A later turn's ids, rendered on the conversation so far, or the turn's reject: a
     template error, images that do not fit its ids, a prompt too long for the server."""
     partition = runner.partition
-    turn_prompt = Prompt(at.id, prompt.line, history, prompt.tools, prompt.images)
+    turn_prompt = dataclasses.replace(prompt, id=at.id, messages=history)
     rendered = (await off_loop(offload.render, runner.tokenizer, [turn_prompt]))[0]
     if isinstance(rendered, RenderError):
         return turn_reject(partition, prompt, "template", "template_error", rendered.reason, at=at)
@@ -166,7 +166,7 @@ def _next_history(
         out.stop = STOP_TRUNCATED
         return None
     message, calls = served_turn(
-        runner.tokenizer, history, prompt.tools, ids, record.output_ids, record.finish_reason
+        runner.tokenizer, prompt, history, ids, record.output_ids, record.finish_reason
     )
     diverged = tool_call_divergence(slots[pos].data, calls)
     if diverged is not None:

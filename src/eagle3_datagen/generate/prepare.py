@@ -12,8 +12,16 @@ from eagle3_datagen.generate import offload
 from eagle3_datagen.generate.conversation import first_turn
 from eagle3_datagen.generate.earlier import Earlier
 from eagle3_datagen.generate.rejects import input_reject, turn_reject
+from eagle3_datagen.inputs.modes import apply_mode
 from eagle3_datagen.inputs.near_dups import Similar
-from eagle3_datagen.inputs.prompts import BatchSpec, InputReject, Prompt, parse_prompt, read_batch
+from eagle3_datagen.inputs.prompts import (
+    BatchSpec,
+    InputReject,
+    Prompt,
+    parse_prompt,
+    raw_text,
+    read_batch,
+)
 from eagle3_datagen.render.chat_tokenizer import RenderError
 from eagle3_datagen.write.journal import BatchJournal, prompt_key
 from eagle3_datagen.write.records import Reject
@@ -60,9 +68,13 @@ def _parse(runner: PartitionRunner, spec: BatchSpec) -> tuple[list[Prompt], list
     rejects: list[Reject] = []
     prompts: list[Prompt] = []
     image_dir = Path(spec.path).parent  # relative image paths are the input file's
+    modes, shares = runner.config.model.modes, runner.partition.modes
     for line, raw in read_batch(spec):
         parsed = parse_prompt(raw, line, image_dir)
+        if isinstance(parsed, Prompt):
+            parsed = apply_mode(parsed, modes, shares)
         if isinstance(parsed, InputReject):
+            parsed.raw = parsed.raw or raw_text(raw)
             rejects.append(input_reject(runner.partition, parsed))
         else:
             prompts.append(parsed)

@@ -13,6 +13,7 @@ from eagle3_datagen.generate.media import TurnImages
 from eagle3_datagen.generate.rejects import earlier_reject, turn_reject, validation_reject
 from eagle3_datagen.generate.send import send_turn
 from eagle3_datagen.generate.summary import Outcome
+from eagle3_datagen.inputs.modes import thinking_of
 from eagle3_datagen.inputs.prompts import Prompt
 from eagle3_datagen.sglang.client import GenerateResult
 from eagle3_datagen.sglang.logprobs import entropy_summary
@@ -80,6 +81,7 @@ def _validate(
         ids=runner.ids,
         policy=runner.config.validation,
         tool_check=ToolCallCheck(runner.tokenizer.decode, prompt.tools),
+        thinking=thinking_of(runner.tokenizer.kwargs_for(prompt)),
     )
     asked = runner.partition.logprobs
     if asked is not None and verdict.accepted:

@@ -66,6 +66,10 @@ class Prompt:
     # The line's images by reference (path, file:// URL or data URI), read and checked; the
     # request sends them in the order the rendered prompt meets them (docs/images.md).
     images: dict[str, LoadedImage] = field(default_factory=dict)
+    # The line's serving mode (its "mode", then inputs/modes.py's assignment) and the
+    # chat-template kwargs it renders with over model.chat_template_kwargs (docs/modes.md).
+    mode: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -218,7 +222,7 @@ def content_id(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | Non
     return "sha256:" + hashlib.sha256(blob).hexdigest()[:32]
 
 
-def _raw_text(raw: bytes | dict[str, Any], limit: int = 65536) -> str:
+def raw_text(raw: bytes | dict[str, Any], limit: int = 65536) -> str:
     if isinstance(raw, dict):
         return orjson.dumps(raw, default=str).decode()[:limit]
     return raw[:limit].decode("utf-8", "replace")
@@ -239,25 +243,23 @@ def parse_prompt(
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            return InputReject(line, f"not valid UTF-8 at byte {err.start}", _raw_text(raw))
+            return InputReject(line, f"not valid UTF-8 at byte {err.start}", raw_text(raw))
         try:
             obj = orjson.loads(text)
         except orjson.JSONDecodeError as err:
             return InputReject(line, f"invalid JSON: {err}", text[:65536])
     if not isinstance(obj, dict):
-        return InputReject(
-            line, f"expected a JSON object, got {type(obj).__name__}", _raw_text(raw)
-        )
+        return InputReject(line, f"expected a JSON object, got {type(obj).__name__}", raw_text(raw))
 
     rid = obj.get("id")
     if rid is not None and not isinstance(rid, (str, int)):
-        return InputReject(line, f"'id' must be a string, got {type(rid).__name__}", _raw_text(raw))
+        return InputReject(line, f"'id' must be a string, got {type(rid).__name__}", raw_text(raw))
     rid_str = str(rid) if rid is not None else None
     if rid_str is not None and not rid_str.strip():
-        return InputReject(line, "'id' is empty", _raw_text(raw))
+        return InputReject(line, "'id' is empty", raw_text(raw))
 
     def reject(reason: str) -> InputReject:
-        return InputReject(line, reason, _raw_text(raw), rid_str)
+        return InputReject(line, reason, raw_text(raw), rid_str)
 
     messages = obj.get("messages")
     if messages is None:
@@ -296,8 +298,14 @@ def parse_prompt(
                 images[url] = read_image_ref(url, image_dir)
             except BadImage as err:
                 return reject(f"messages[{i}].content[{j}]: bad image: {err}")
+    mode = obj.get("mode")
+    if mode is not None and (not isinstance(mode, str) or not mode):
+        return reject("'mode' must be a non-empty string (a name declared in model.modes)")
+    kwargs = obj.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        return reject(f"'chat_template_kwargs' must be an object, got {type(kwargs).__name__}")
     prompt_id = rid_str or content_id(messages, tools or None)
-    return Prompt(prompt_id, line, messages, tools or None, images)
+    return Prompt(prompt_id, line, messages, tools or None, images, mode, dict(kwargs or {}))
 
 
 class DuplicateFinder:

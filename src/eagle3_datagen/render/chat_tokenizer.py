@@ -116,14 +116,14 @@ class ChatTokenizer:
         """The prompt's text: the template over the data (``template``) or over the request as
         SGLang's chat path hands it to the template (``sglang_chat``)."""
         if self.reference == "template":
-            return self._apply_template(prompt.messages, prompt.tools)
+            return self._apply_template(prompt.messages, prompt.tools, prompt.kwargs)
         template = self._template_text()
         fmt = sglang_chat.content_format(template)
         messages, tools = sglang_chat.prepare(prompt.messages, prompt.tools, fmt, template)
         try:
-            return self._apply_template(messages, tools)
+            return self._apply_template(messages, tools, prompt.kwargs)
         except Exception:  # SGLang renders once more with unwrapped tools (serving_chat.py:2205)
-            return self._apply_template(messages, sglang_chat.flat_tools(tools))
+            return self._apply_template(messages, sglang_chat.flat_tools(tools), prompt.kwargs)
 
     def _template_text(self) -> str:
         template = self.tok.chat_template
@@ -144,15 +144,25 @@ class ChatTokenizer:
                 messages = sglang_chat.canonical_tool_order(messages)
         return image_refs(messages)
 
+    def kwargs_for(self, prompt: Prompt) -> dict[str, Any]:
+        """The request's chat_template_kwargs for a line: the run's, then its mode's and its
+        own (``Prompt.kwargs``, inputs/modes.py), later keys winning."""
+        return {**self.chat_template_kwargs, **prompt.kwargs}
+
     def _apply_template(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        line_kwargs: dict[str, Any],
     ) -> str:
+        # As SGLang's chat path: **request.chat_template_kwargs beside the named arguments, so a
+        # line that repeats one (tools, add_generation_prompt) fails as SGLang's request would.
         text = self.tok.apply_chat_template(
             messages,
             tools=tools,
             add_generation_prompt=True,
             tokenize=False,
-            **self.chat_template_kwargs,
+            **{**self.chat_template_kwargs, **line_kwargs},
         )
         return str(text)
 

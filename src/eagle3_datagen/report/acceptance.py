@@ -35,10 +35,11 @@ SLICES = (
     ("partition", "partition"),
     ("turn", "turn index"),
     ("tools", "tools"),
+    ("mode", "mode"),
     ("images", "images"),
     ("output_length", "output tokens"),
 )
-_KEY_COLUMNS = ("partition", "turn", "completion_tokens", "has_tools", "images")
+_KEY_COLUMNS = ("partition", "turn", "completion_tokens", "has_tools", "mode", "images")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,8 @@ def _keys(row: dict[str, Any]) -> dict[str, str]:
         "partition": str(row.get("partition")),
         "turn": str(row.get("turn") or 0),
         "tools": "unknown" if tools is None else ("with tools" if tools else "no tools"),
+        # The serving mode (docs/modes.md): null in data from before the column is "default".
+        "mode": str(row.get("mode") or "default"),
         "images": "with images" if row.get("images") else "text only",
         "output_length": length_bucket(int(row["completion_tokens"]), OUTPUT_EDGES),
     }

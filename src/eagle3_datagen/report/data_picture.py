@@ -252,7 +252,7 @@ def picture_markdown(picture: PartitionPicture, heading: str = "#") -> str:
     for dist in (picture.output, picture.thinking, picture.prompt):
         parts.append(f"**{dist.name}**\n\n```text\n{dist.histogram()}\n```")
     if picture.acceptance is not None:
-        slices = ("turn", "tools", "images", "output_length")
+        slices = ("turn", "tools", "mode", "images", "output_length")
         parts.append(acceptance_markdown(picture.acceptance, heading + "#", slices).rstrip())
     return "\n\n".join(parts) + "\n"
 

@@ -69,6 +69,9 @@ COLUMNS: dict[str, str] = {
     "before this column)",
     "user_turns": "user messages in the conversation so far (null in data written before this "
     "column)",
+    "mode": "the line's serving mode, e.g. `thinking` or `instant` (`docs/modes.md`): `default` "
+    "when none is declared, `custom` for a line's own chat_template_kwargs; null in data "
+    "written before this column",
     "spec_verify_ct": "speculating server: verify steps of the request; null when the server "
     "sent no speculative fields (it does not speculate), never 0",
     "spec_num_correct_drafts": "speculating server: draft tokens accepted (bonus tokens "
@@ -182,6 +185,7 @@ def _provenance(manifest: dict[str, Any]) -> str:
         ("vocabulary", f"{tok.get('vocab_size', '?')} tokens, sha256 {tok.get('vocab_sha256')}"),
         ("chat template sha256", content.get("chat_template_sha256")),
         ("chat template kwargs", content.get("chat_template_kwargs") or "{}"),
+        ("serving modes (docs/modes.md)", _modes(content)),
         ("sampling", ", ".join(f"{k}={v}" for k, v in sampling.items() if v is not None)),
         ("server settings that change tokens", ", ".join(f"{k}={v}" for k, v in server.items())),
         ("speculative decoding (lossless)", _speculation(run.get("server_args") or {})),
@@ -199,6 +203,20 @@ def _provenance(manifest: dict[str, Any]) -> str:
         )
     lines += [f"| {k} | `{v}` |" for k, v in rows if v not in (None, "")]
     return "\n".join(lines)
+
+
+def _modes(content: dict[str, Any]) -> str | None:
+    """Each mode's kwargs and each partition's mixture in one line; None without modes."""
+    modes = content.get("modes")
+    if not modes:
+        return None
+    declared = ", ".join(f"{name} {kwargs}" for name, kwargs in modes.items())
+    mixes = [
+        f"{part}: " + ", ".join(f"{name} {share:g}" for name, share in gen["modes"].items())
+        for part, gen in (content.get("generation") or {}).items()
+        if gen.get("modes")
+    ]
+    return "; ".join([declared, *mixes])
 
 
 def _selection(sel: dict[str, Any] | None) -> str | None:

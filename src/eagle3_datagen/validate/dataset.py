@@ -16,6 +16,7 @@ from typing import Any
 
 from eagle3_datagen.config import ValidationPolicy
 from eagle3_datagen.errors import DatasetError
+from eagle3_datagen.inputs.modes import recorded_thinking
 from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.sglang.logprobs import entropy_summary
 from eagle3_datagen.validate.logprobs import check_logprobs
@@ -44,6 +45,7 @@ TURN_COLUMNS = (
     "sample",
     "model_prompt_ids",
     "images",
+    "mode",
     *SPEC_COLUMNS,
     *LOGPROB_COLUMNS,
 )
@@ -61,7 +63,11 @@ def _columns(path: Path) -> list[str]:
 
 
 def check_record(
-    row: dict[str, Any], partition: str, ids: TokenIds, policy: ValidationPolicy
+    row: dict[str, Any],
+    partition: str,
+    ids: TokenIds,
+    policy: ValidationPolicy,
+    content: dict[str, Any] | None = None,
 ) -> Verdict:
     """The live rules, plus the stored columns that must agree with them. An image prompt's
     rules apply to the ids the model saw (``model_prompt_ids``), which ``prompt_tokens`` counts."""
@@ -75,6 +81,11 @@ def check_record(
         completion_tokens=row["completion_tokens"],
         ids=ids,
         policy=policy,
+        thinking=recorded_thinking(
+            row.get("mode"),
+            (content or {}).get("chat_template_kwargs") or {},
+            (content or {}).get("modes") or {},
+        ),
     )
     if row["partition"] != partition:
         v.fail("wrong_partition", f"record of partition {row['partition']!r} in {partition!r}")
@@ -287,7 +298,7 @@ def _audit_partition(
                 audit.problems.append(problem)
         try:
             selected = "selection" in ds.manifest
-            batches.append(_audit_shard(shard, ids, policy, seen, audit, selected))
+            batches.append(_audit_shard(shard, ids, policy, seen, audit, selected, ds.content))
         except DatasetError as err:
             audit.problems.append(str(err))
     audit.summary = summarize(name, batches)
@@ -302,6 +313,7 @@ def _audit_shard(
     seen: set[str],
     audit: PartitionAudit,
     selected: bool = False,
+    content: dict[str, Any] | None = None,
 ) -> BatchSummary:
     """Validate one shard's records; its stats as a BatchSummary (for ``summarize``)."""
     m = shard.marker
@@ -318,7 +330,7 @@ def _audit_shard(
     for row_no, row in enumerate(iter_rows(shard.path, _columns(shard.path))):
         lines.add(row["source_line"])
         turns[str(row.get("turn", 0))] += 1
-        v = check_record(row, shard.partition, ids, policy)
+        v = check_record(row, shard.partition, ids, policy, content)
         if row["id"] in seen:
             v.fail("duplicate_id", f"id {row['id']!r} appears earlier in the partition")
         seen.add(row["id"])

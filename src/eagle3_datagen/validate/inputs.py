@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_datagen.errors import DatagenError
+from eagle3_datagen.inputs.modes import apply_mode
 from eagle3_datagen.inputs.prompts import Prompt, parse_prompt, read_batch
 from eagle3_datagen.inputs.scan import scan_input
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
@@ -88,6 +89,8 @@ def _check_partition(ds: DatasetDir, name: str, tokenizer: ChatTokenizer) -> lis
     # Every (line, turn, sample) once, with its line's id; every first turn the current render
     # of its line (later turns' prompts hold the model's own earlier turns).
     seen, twice = _lines_in(ds, name)
+    modes = ds.content.get("modes") or {}
+    shares = ((ds.content.get("generation") or {}).get(name) or {}).get("modes")
     mismatched: list[str] = []
     missing: list[int] = []
     for spec in scan.batches:
@@ -98,6 +101,8 @@ def _check_partition(ds: DatasetDir, name: str, tokenizer: ChatTokenizer) -> lis
                     missing.append(line)
                 continue
             parsed = parse_prompt(raw, line)
+            if isinstance(parsed, Prompt):
+                parsed = apply_mode(parsed, modes, shares)
             if isinstance(parsed, Prompt):
                 prompts.append(parsed)
         rendered = tokenizer.render(prompts) if prompts else []

@@ -63,8 +63,12 @@ def validate_output(
     ids: TokenIds,
     policy: ValidationPolicy,
     tool_check: ToolCallCheck | None = None,
+    thinking: bool | None = None,
 ) -> Verdict:
     """Apply every rule; all failures are reported, not just the first.
+
+    ``thinking``: the line's mode (docs/modes.md) switches reasoning on (True) or off (False);
+    its prompt must then end as that mode's generation prompt does. None: the prompt decides.
 
     ``finish_matched`` is what the server said stopped a ``stop`` finish: a token id, or None
     when it is not known (offline checks of stored records). With ``tool_check``, a tool-call
@@ -85,6 +89,8 @@ def validate_output(
         _check_stop(finish_matched, last, ids, v)
     body_len = n - 1 if last == ids.end_of_turn else n
     _check_turn_tokens(output_ids, pos, body_len, ids, v)
+    if thinking is not None and ids.thinking == "prompt":
+        _check_mode(prompt_ids, thinking, ids, v)
     answer_start = _check_thinking(prompt_ids, output_ids, pos, ids, v)
     if ids.tools is not None:
         _check_tool_calls(output_ids, pos, answer_start, ids.tools, v)
@@ -211,6 +217,20 @@ def _where(output_ids: Sequence[int], tokens: Iterable[int]) -> list[int]:
             found.append(i)
     found.sort()
     return found
+
+
+def _check_mode(prompt_ids: Sequence[int], thinking: bool, ids: TokenIds, v: Verdict) -> None:
+    """The prompt ends as the mode's generation prompt: an empty reasoning block for instant
+    mode, an open one for thinking mode (a template that ignores the kwarg is caught here)."""
+    closed = list(prompt_ids[-2:]) == [ids.think_start, ids.think_end]
+    if not thinking and not closed:
+        v.fail(
+            "mode_mismatch",
+            "instant mode (thinking: false), but the prompt does not end with an empty "
+            "reasoning block: does the chat template honour thinking?",
+        )
+    elif thinking and closed:
+        v.fail("mode_mismatch", "thinking mode, but the prompt ends with an empty reasoning block")
 
 
 def _check_thinking(

@@ -69,6 +69,9 @@ RECORD_SCHEMA = pa.schema(
         # against a serving profile (docs/coverage.md): a tool result in it, its user turns.
         pa.field("has_tool_results", pa.bool_()),
         pa.field("user_turns", pa.int32()),
+        # The line's serving mode (docs/modes.md): "default" when none is declared; null in
+        # data written before this column.
+        pa.field("mode", pa.string()),
         # Speculative decoding (docs/sglang-speculative.md): the request's meta_info fields as
         # a speculating SGLang sent them; null when it sent none (the server does not
         # speculate, or the request ended before any verify step), never 0.
@@ -152,6 +155,7 @@ class Record:
     has_tools: bool | None = None
     has_tool_results: bool | None = None
     user_turns: int | None = None
+    mode: str | None = None
     spec_verify_ct: int | None = None
     spec_num_correct_drafts: int | None = None
     spec_num_proposed_drafts: int | None = None
