@@ -138,3 +138,34 @@ def test_what_sglang_changed_reads_in_its_own_ids() -> None:
     assert "## Return of call_1\na b<|im_end|>" in text("tool_content_parts")
     for name in ("bad_arguments_not_json", "bad_arguments_not_object", "empty_messages"):
         assert cases[name]["status"] == 400, name
+
+
+@pytest.mark.parametrize("asset", TOKENIZERS)
+def test_modes_per_line_render_as_sglang_built_them(asset: str) -> None:
+    """Serving modes (docs/modes.md) replayed on SGLang 0.5.23's own recorded renders: each
+    recorded request's kwargs ({"thinking": false}) as a line naming the instant mode, a request
+    without kwargs as a line naming the thinking mode ({"thinking": true}, which the template
+    reads as SGLang's default), in both modes, with and without tools, over multi-turn
+    histories; the per-line path must give SGLang's ids."""
+    from eagle3_datagen.inputs.modes import apply_mode
+
+    modes = {"thinking": {"thinking": True}, "instant": {"thinking": False}}
+    cases = [c for c in recording(asset)["cases"] if c["status"] == 200]
+    tok = ChatTokenizer(str(ASSETS / asset))
+    prompts = []
+    for i, c in enumerate(cases):
+        request = c["request"]
+        own = request.get("chat_template_kwargs") or {}
+        assert own in ({}, {"thinking": False}), c["name"]
+        line = Prompt(c["name"], i, request["messages"], request.get("tools"))
+        line.mode = "instant" if own else "thinking"
+        moded = apply_mode(line, modes, None)
+        assert isinstance(moded, Prompt)
+        prompts.append(moded)
+    for mode in ("instant", "thinking"):
+        these = [p for p in prompts if p.mode == mode]
+        assert sum(bool(p.tools) for p in these) >= 10 and sum(not p.tools for p in these) >= 5
+        assert sum(sum(m["role"] == "user" for m in p.messages) >= 2 for p in these) >= 10
+    rendered = tok.render(prompts)
+    wrong = [c["name"] for c, ids in zip(cases, rendered, strict=True) if ids != c["prompt_ids"]]
+    assert not wrong, f"{len(wrong)} of {len(cases)} differ from SGLang: {wrong[:10]}"
