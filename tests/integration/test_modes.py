@@ -1,12 +1,14 @@
 """A partition that mixes thinking and instant mode, run against a real emulator process over
 real HTTP: the Parquet read back holds both modes, each instant record's prompt ends with the
 instant generation prompt (an empty reasoning block) and its answer has none, each thinking
-record closes its reasoning once, and every record passes the offline checks of its mode. Bad
-lines (an undeclared mode, kwargs the template rejects) are rejects naming their line."""
+record closes its reasoning once, and every record passes the offline checks of its mode. A
+line whose kwargs the template rejects is a reject naming its line; a line naming a mode that
+is not declared stops the partition's plan, naming file and line, before any request."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.errors import InputFileError
+from eagle3_datagen.generate.plan import plan_partition
 from eagle3_datagen.inputs.modes import assign_mode
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
@@ -28,7 +32,7 @@ MODES = {"thinking": {}, "instant": {"thinking": False}}
 SHARES = {"thinking": 0.5, "instant": 0.5}
 
 
-def modes_config(tmp_path: Path, lines: int = 24) -> PipelineConfig:
+def modes_config(tmp_path: Path, lines: int = 24, undeclared: bool = False) -> PipelineConfig:
     path = tmp_path / "in.jsonl"
     with path.open("w") as fh:
         for i in range(lines):
@@ -36,7 +40,8 @@ def modes_config(tmp_path: Path, lines: int = 24) -> PipelineConfig:
             fh.write(json.dumps({"id": f"r{i}", "messages": [msg]}) + "\n")
         msg = {"role": "user", "content": "a line that names its mode"}
         fh.write(json.dumps({"id": "named", "mode": "instant", "messages": [msg]}) + "\n")
-        fh.write(json.dumps({"id": "fast", "mode": "fast", "messages": [msg]}) + "\n")
+        if undeclared:
+            fh.write(json.dumps({"id": "fast", "mode": "fast", "messages": [msg]}) + "\n")
         bad = {"add_generation_prompt": False}
         fh.write(json.dumps({"id": "bad", "chat_template_kwargs": bad, "messages": [msg]}) + "\n")
     return PipelineConfig.model_validate(
@@ -80,13 +85,18 @@ async def test_a_partition_mixes_thinking_and_instant_mode(
         assert verdict.accepted, (rid, verdict.reasons)
     rejects = pq.read_table(sorted((out / "p" / "rejects").glob("part-*.parquet"))).to_pylist()
     by_id = {r["id"]: r for r in rejects}
-    assert set(by_id) == {"fast", "bad"}
-    assert by_id["fast"]["source_line"] == 26
-    assert (
-        f"{config.partition('p').input}:26: mode 'fast' is not declared" in by_id["fast"]["reason"]
-    )
-    assert by_id["bad"]["source_line"] == 27 and by_id["bad"]["reason_code"] == "template_error"
+    assert set(by_id) == {"bad"}
+    assert by_id["bad"]["source_line"] == 26 and by_id["bad"]["reason_code"] == "template_error"
     assert "add_generation_prompt" in by_id["bad"]["reason"]
+
+
+def test_an_undeclared_mode_stops_the_plan_naming_file_and_line(tmp_path: Path) -> None:
+    """The partition's plan (before any of its requests) reads every line's mode."""
+    config = modes_config(tmp_path, undeclared=True)
+    where = f"{config.partition('p').input}:26: mode 'fast' is not declared in model.modes"
+    with pytest.raises(InputFileError, match=re.escape(where)):
+        plan_partition(config, "p")
+    assert not list((Path(config.output_dir) / "p").glob("**/*.parquet"))  # nothing generated
 
 
 @pytest.mark.usefixtures("prefect_backend")

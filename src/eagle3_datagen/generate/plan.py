@@ -61,7 +61,9 @@ def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
     part = config.partition(partition)
     tier = config.tier(part.tier)
     tokenizer = load_tokenizer(config)
-    scan = scan_input(partition, part.input, config.batch_size, part.near_duplicates)
+    scan = scan_input(
+        partition, part.input, config.batch_size, part.near_duplicates, config.model.modes
+    )
     output = PartitionOutput(config.output_dir, partition)
     reuse, superseded = prepare_partition(output, scan.batches, scan.info)
     write_similar(output, str(part.input), scan.similar)

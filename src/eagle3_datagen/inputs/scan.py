@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,12 +102,23 @@ def batch_key(
     return h.hexdigest()
 
 
+def _undeclared(path: str | Path, line: int, mode: str, modes: Collection[str]) -> str:
+    declared = ", ".join(sorted(modes)) or "none"
+    return f"{path}:{line}: mode {mode!r} is not declared in model.modes (declared: {declared})"
+
+
 def scan_input(
-    partition: str, path: str | Path, batch_size: int, near: NearDuplicates | None = None
+    partition: str,
+    path: str | Path,
+    batch_size: int,
+    near: NearDuplicates | None = None,
+    modes: Collection[str] | None = None,
 ) -> InputScan:
     """Plan ``path`` into batches of ``batch_size`` lines, streaming it once (plus a re-read of
     each batch's range, which the page cache serves): no prompt is held in memory. With
-    ``near`` (policy other than off), prompts that repeat an earlier line's are found too."""
+    ``near`` (policy other than off), prompts that repeat an earlier line's are found too.
+    With ``modes`` (model.modes' names), a line naming any other mode stops the plan, before
+    any request of the partition (docs/modes.md)."""
     finder = DuplicateFinder()
     policy = near.policy if near else "off"
     similar_finder = NearDuplicateFinder(near.threshold) if near and policy != "off" else None
@@ -126,6 +138,8 @@ def scan_input(
         for line, raw in items:
             parsed = parse_prompt(raw, line)
             if isinstance(parsed, Prompt):
+                if modes is not None and parsed.mode is not None and parsed.mode not in modes:
+                    raise InputFileError(_undeclared(path, line, parsed.mode, modes))
                 finder.add(parsed.id, line)
                 if similar_finder is not None:
                     similar_finder.add(line, parsed.messages, parsed.tools)
