@@ -147,6 +147,23 @@ def _quiet(lines: list[str]) -> None:
     assert lines[-1].startswith("eagle3-datagen: stopped by SIGINT"), text
 
 
+def _ctrl_c_once_logged(
+    cfg: Path, env: dict[str, str], log: Path, text: str, server_url: str | None = None
+) -> list[str]:
+    """Ctrl-C once the run's log says ``text``; the lines it printed after the signal."""
+    args = ("--server-url", server_url) if server_url else ()
+    proc = _start(cfg, env, log, *args)
+    try:
+        _wait(lambda: text in log.read_text(), lambda: log.read_text()[-3000:])
+        offset = log.stat().st_size
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(120) == 130, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return _after_signal(log, offset)
+
+
 def _ctrl_c(srv: PrefectServer, cfg: Path, out: Path, log: Path, *args: str) -> None:
     proc = _start(cfg, srv.env, log, *args)
     try:
@@ -189,16 +206,7 @@ def test_ctrl_c_before_generation(prefect_server: PrefectServer, tmp_path: Path)
     cfg.write_text(yaml.safe_dump(config))
     log = tmp_path / "run.log"
     srv = prefect_server
-    proc = _start(cfg, srv.env, log)
-    try:
-        _wait(lambda: "launched server pid" in log.read_text(), lambda: log.read_text()[-3000:])
-        offset = log.stat().st_size
-        os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(120) == 130, log.read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    _quiet(_after_signal(log, offset))
+    _quiet(_ctrl_c_once_logged(cfg, srv.env, log, "launched server pid"))
     run = _parent(srv, out)
     assert run is not None and run["state_type"] == "CANCELLED", run
     assert not list((out / ".state" / "servers").glob("*.json")), "server left behind"
@@ -246,16 +254,8 @@ def test_ctrl_c_while_a_batch_waits_to_retry(prefect_server: PrefectServer, tmp_
         )
         cfg.write_text(yaml.safe_dump(config))
         log = tmp_path / "run.log"
-        proc = _start(cfg, srv.env, log, "--server-url", emulator.url)
-        try:
-            _wait(lambda: "retry 1 in 60 s" in log.read_text(), lambda: log.read_text()[-3000:])
-            offset = log.stat().st_size
-            os.killpg(proc.pid, signal.SIGINT)
-            assert proc.wait(120) == 130, log.read_text()[-3000:]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    _quiet(_after_signal(log, offset))
+        said = _ctrl_c_once_logged(cfg, srv.env, log, "retry 1 in 60 s", emulator.url)
+    _quiet(said)
     run = _parent(srv, out)
     assert run is not None
     run = srv.wait_final(run["id"], timeout=120)
