@@ -9,6 +9,7 @@ known by construction get it. Needs torch and transformers (the trainer venv):
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,7 +139,7 @@ def test_sampled_speculation_counts_every_verify_step(target: TransformersTarget
 
 def reference_logprobs(
     target: TransformersTarget, prompt: list[int], out: list[int], temperature: float
-) -> torch.Tensor:
+) -> Any:
     """log_softmax(logits / T) at every output position, from one full uncached pass."""
     with torch.no_grad():
         logits = target.model(torch.tensor([prompt + out])).logits[0]

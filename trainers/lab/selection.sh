@@ -23,7 +23,7 @@ uv run python trainers/lab/selection.py same-ids "$WORK/dataset" "$WORK/dataset-
 
 SELECTION_ROWS=full
 ln -sf "$WORK/measure-regenerated.json" "$WORK/selection/full.json"
-for row in flatness:0 deviation:0 acceptance:0 random:0 random:1; do
+for row in ${LAB_SELECTION_ROWS:-flatness:0 deviation:0 acceptance:0 random:0 random:1}; do
   rule=${row%:*} seed=${row#*:} name=${row%:0}
   name=${name/:/-seed}
   step "selection $name: --by $rule --keep 0.5 --seed $seed"
