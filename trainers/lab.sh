@@ -10,8 +10,11 @@
 # steps (speculators' own trainer on CPU: train_draft.sh), and an untrained one; then the
 # emulator speculating with each draft over the held-out prompts at temperature 0
 # (measure.py), and without a draft for the lossless check (summary.py).
+# Then the selection table (issue #35, trainers/lab/selection.sh, docs/selection-lab.md): the
+# prompts again with the original draft speculating and logprobs on, `eagle3-datagen select`
+# --keep 0.5 by each rule, one draft per selection for the same epochs, the same held-out set.
 # Last line: `summary: PATH` (JSON: heldout_records, accept_length.{original,regenerated,
-# untrained}, lossless_mismatches). Everything lands in trainers/work/lab/ (LAB_WORK moves it).
+# untrained}, lossless_mismatches, selection, selection_table). Everything lands in trainers/work/lab/ (LAB_WORK moves it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SMALL=0
@@ -67,9 +70,16 @@ uv run eagle3-datagen export "$WORK/dataset" --format speculators --validation 0
 "$SPEC" trainers/lab/original.py src/eagle3_datagen/assets/kimi-k2.5-mini \
   "$WORK/corpus/prompts.jsonl" "$WORK/regenerated" "$WORK/original"
 
+train() {  # train NAME EXPORT_DIR STEPS ROWS: a draft, its wall time in selection/NAME.train.json
+  local t=$(date +%s)
+  trainers/lab/train_draft.sh "$WORK/target" "$2" "$WORK/drafts/$1" "$3"
+  mkdir -p "$WORK/selection"
+  echo "{\"seconds\": $(( $(date +%s) - t )), \"steps\": $3, \"train_rows\": $4}" \
+    > "$WORK/selection/$1.train.json"
+}
 for data in original regenerated; do
   step "draft on $data answers ($DRAFT_STEPS steps)"
-  trainers/lab/train_draft.sh "$WORK/target" "$WORK/$data" "$WORK/drafts/$data" "$DRAFT_STEPS"
+  train "$data" "$WORK/$data" "$DRAFT_STEPS" "$(wc -l < "$WORK/$data/speculators.jsonl")"
 done
 # The last checkpoint (not speculators' "best", which it picks by loss on the held-out rows).
 last_ckpt() { find "$1/ckpt" -mindepth 1 -maxdepth 1 -type d -name '[0-9]*' | sort -V | tail -1; }
@@ -77,6 +87,8 @@ last_ckpt() { find "$1/ckpt" -mindepth 1 -maxdepth 1 -type d -name '[0-9]*' | so
   "$WORK/drafts/untrained/ckpt/0" | tail -1
 
 HELDOUT=$WORK/regenerated/speculators.validation.jsonl
+SPEC_FLAGS=(--speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1
+  --speculative-num-draft-tokens 4)
 step "held-out outputs without speculation"
 serve "$WORK/emulator-plain.log"
 uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
@@ -85,17 +97,17 @@ stop_server
 for draft in untrained original regenerated; do
   step "held-out accept length: $draft draft"
   dir=$(last_ckpt "$WORK/drafts/$draft")
-  serve "$WORK/emulator-$draft.log" --speculative-algorithm EAGLE3 \
-    --speculative-draft-model-path "$dir" --speculative-num-steps 3 \
-    --speculative-eagle-topk 1 --speculative-num-draft-tokens 4
+  serve "$WORK/emulator-$draft.log" "${SPEC_FLAGS[@]}" --speculative-draft-model-path "$dir"
   uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
     "$WORK/measure-$draft.json"
   stop_server
 done
 
+source trainers/lab/selection.sh
+
 step "summary"
 python3 trainers/lab/summary.py "$WORK/summary.json" "$WORK/measure-plain.json" \
   untrained="$WORK/measure-untrained.json" original="$WORK/measure-original.json" \
-  regenerated="$WORK/measure-regenerated.json"
+  regenerated="$WORK/measure-regenerated.json" --selection "$WORK/selection" $SELECTION_ROWS
 echo "lab time: $(( $(date +%s) - T0 )) s"
 echo "summary: $WORK/summary.json"

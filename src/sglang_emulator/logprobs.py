@@ -72,6 +72,31 @@ def fake_logprobs(
     return meta
 
 
+def real_logprobs(
+    output_ids: list[int],
+    rows: list[tuple[float, list[tuple[float, int]]]],
+    top_k: int,
+    text: Callable[[int], str] | None = None,
+) -> dict[str, Any]:
+    """The same fields from a real model's numbers: per output token its logprob and the top-K
+    ``(logprob, id)`` of its row (``model_backend.Scorer``)."""
+
+    def triple(lp: float, tid: int) -> Triple:
+        return [lp, tid, text(tid) if text is not None else None]
+
+    meta: dict[str, Any] = {
+        "input_token_logprobs": [],
+        "output_token_logprobs": [
+            triple(lp, t) for (lp, _), t in zip(rows, output_ids, strict=True)
+        ],
+        "output_token_logprobs_length": len(output_ids),
+    }
+    if top_k > 0:
+        meta["input_top_logprobs"] = []
+        meta["output_top_logprobs"] = [[triple(lp, t) for lp, t in top] for _, top in rows]
+    return meta
+
+
 def _others(rng: random.Random, token: int, k: int, vocab_size: int) -> list[int]:
     """``k`` distinct ids other than ``token``."""
     chosen: set[int] = set()

@@ -24,6 +24,7 @@ import torch
 
 from sglang_emulator import info
 from sglang_emulator.args import EmulatorArgs
+from sglang_emulator.logprobs import real_logprobs
 from sglang_emulator.protocol import ABORTED, Item, Result, run_item, truncate
 from sglang_emulator.sampling import Sampling
 from sglang_emulator.server import Emulator, _json, log
@@ -196,6 +197,29 @@ class Eagle3Chain:
         return sample(probs, rng), probs
 
 
+Scored = tuple[float, list[tuple[float, int]]]  # (the token's logprob, top-K (logprob, id))
+
+
+class Scorer:
+    """SGLang's logprobs of each output token (``layers/sampler.py``, docs/sglang-api.md §2a):
+    ``log_softmax(logits)`` when greedy, else ``log(softmax(logits / temperature))``, before
+    top-k/top-p truncation, in float32; the top-K of that same row, highest first."""
+
+    def __init__(self, s: Sampling, top_k: int) -> None:
+        self.temperature = 1.0 if s.greedy else max(s.temperature, 1e-6)
+        self.top_k = top_k
+        self.rows: list[Scored] = []
+
+    def add(self, logits: torch.Tensor, tokens: list[int]) -> None:
+        """Score ``tokens``, each drawn from the matching row of ``logits``."""
+        lp = torch.log_softmax(logits[: len(tokens)].float() / self.temperature, dim=-1)
+        k = min(self.top_k, lp.shape[-1])
+        values, ids = torch.topk(lp, k, dim=-1) if k > 0 else (lp[:, :0], lp[:, :0].long())
+        for i, token in enumerate(tokens):
+            top = list(zip(values[i].tolist(), ids[i].tolist(), strict=True))
+            self.rows.append((float(lp[i, token]), top))
+
+
 class ModelGenerator:
     """Generation with the target alone, or speculative with a draft chain of ``steps``."""
 
@@ -205,12 +229,22 @@ class ModelGenerator:
         self.steps = steps
 
     def generate(
-        self, prompt: list[int], s: Sampling, seed: int, limit: int, stops: frozenset[int]
+        self,
+        prompt: list[int],
+        s: Sampling,
+        seed: int,
+        limit: int,
+        stops: frozenset[int],
+        scorer: Scorer | None = None,
     ) -> tuple[list[int], SpecCounters | None]:
+        """Output ids and speculation counters; ``scorer`` (if given) gets the target's
+        logits at every output position (with a draft: those the verifier kept)."""
         rng = random.Random(seed)
         state, logits = self.target.prefill(prompt)
         out = [self._pick(logits, s, rng)]
         state.ids.append(out[0])
+        if scorer is not None:
+            scorer.add(logits.unsqueeze(0), out)
         tally = _Tally() if self.draft is not None else None
         while not _done(out, limit, stops, s.min_new_tokens):
             if tally is None:
@@ -219,14 +253,20 @@ class ModelGenerator:
                 token = self._pick(logits[-1], s, rng)
                 out.append(token)
                 state.ids.append(token)
+                if scorer is not None:
+                    scorer.add(logits[-1:], [token])
             else:
-                made = self._verify_step(state, s, rng)
+                made = self._verify_step(state, s, rng, scorer)
                 tally.step(len(made) - 1)
                 out += made
         out = _through_stop(out, limit, stops, s.min_new_tokens)
+        if scorer is not None:  # a verify step can go past the limit or a stop
+            del scorer.rows[len(out) :]
         return out, (tally.counters(len(out)) if tally is not None else None)
 
-    def _verify_step(self, state: _State, s: Sampling, rng: random.Random) -> list[int]:
+    def _verify_step(
+        self, state: _State, s: Sampling, rng: random.Random, scorer: Scorer | None = None
+    ) -> list[int]:
         assert self.draft is not None
         kept = len(state.ids) - 1  # the cache's length before this step
         aux = torch.cat(state.aux, dim=0)
@@ -241,6 +281,8 @@ class ModelGenerator:
         state.cache.crop(kept + 1 + accepted)
         state.aux.append(new_aux[: accepted + 1])
         state.ids += verified.tokens
+        if scorer is not None:  # row j is the target's distribution after draft j - 1
+            scorer.add(logits, list(verified.tokens))
         return list(verified.tokens)
 
     @staticmethod
@@ -334,11 +376,17 @@ class ModelEmulator(Emulator):
         self.generator = ModelGenerator(target, draft, steps)
         self.acceptance = ServerAcceptance()
         self._spec: dict[str, SpecCounters] = {}
+        self._scored: dict[str, list[Scored]] = {}
 
     def _run_now(self, item: Item, fault: Any) -> Result:
         s = item.sampling
         stops = frozenset() if s.ignore_eos else s.stop_token_ids | self.vocab.eos_ids
-        ids, counters = self.generator.generate(item.input_ids, s, item.seed, item.max_new, stops)
+        scorer = Scorer(s, item.top_logprobs) if item.top_logprobs is not None else None
+        ids, counters = self.generator.generate(
+            item.input_ids, s, item.seed, item.max_new, stops, scorer
+        )
+        if scorer is not None:
+            self._scored[item.rid] = scorer.rows
         if counters is not None:
             self._spec[item.rid] = counters
             self.acceptance.record(counters)
@@ -356,6 +404,22 @@ class ModelEmulator(Emulator):
         if counters is not None:
             response["meta_info"].update(counters.meta_info(self.num_draft_tokens))
         return response
+
+    def _with_logprobs(
+        self, meta: dict[str, Any], item: Item, output_ids: list[int]
+    ) -> dict[str, Any]:
+        """The target's own logprobs (not the fake model's) where SGLang puts them."""
+        rows = self._scored.pop(item.rid, None)
+        if rows is None:  # pragma: no cover - every item with top_logprobs was scored
+            return super()._with_logprobs(meta, item, output_ids)
+        text = (lambda t: self.vocab.decode([t], False)) if item.logprob_text else None
+        fields = real_logprobs(output_ids, rows[: len(output_ids)], item.top_logprobs or 0, text)
+        out: dict[str, Any] = {}
+        for key, value in meta.items():
+            out[key] = value
+            if key == "num_retractions":
+                out.update(fields)
+        return out
 
     async def server_info(self, request: Any) -> Any:
         payload = info.server_info(self)

@@ -9,13 +9,14 @@ known by construction get it. Needs torch and transformers (the trainer venv):
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from sglang_emulator.model_backend import ModelGenerator, TransformersTarget  # noqa: E402
+from sglang_emulator.model_backend import ModelGenerator, Scorer, TransformersTarget  # noqa: E402
 from sglang_emulator.sampling import Sampling  # noqa: E402
 
 VOCAB = 97
@@ -134,3 +135,49 @@ def test_sampled_speculation_counts_every_verify_step(target: TransformersTarget
     assert accepted == counters.num_correct_drafts
     again, _ = gen.generate(PROMPTS[0], hot, 3, 30, frozenset())
     assert again == out  # the request's seed fixes the draws
+
+
+def reference_logprobs(
+    target: TransformersTarget, prompt: list[int], out: list[int], temperature: float
+) -> Any:
+    """log_softmax(logits / T) at every output position, from one full uncached pass."""
+    with torch.no_grad():
+        logits = target.model(torch.tensor([prompt + out])).logits[0]
+    rows = logits[len(prompt) - 1 : len(prompt) - 1 + len(out)]
+    return torch.log_softmax(rows.float() / temperature, dim=-1)
+
+
+@pytest.mark.parametrize("draft", [None, OracleDraft, WrongDraft])
+def test_greedy_logprobs_are_the_targets_log_softmax(
+    target: TransformersTarget, draft: type[OracleDraft] | None
+) -> None:
+    """At temperature 0 SGLang returns log_softmax(logits) (no temperature); with a draft, the
+    rows are the target's at the kept positions: the same numbers as without one."""
+    gen = ModelGenerator(target, draft(target) if draft else None, STEPS)
+    scorer = Scorer(GREEDY, 5)
+    out, _ = gen.generate(PROMPTS[1], GREEDY, 0, 40, frozenset(), scorer)
+    assert len(scorer.rows) == len(out) == 40
+    ref = reference_logprobs(target, PROMPTS[1], out, 1.0)
+    for i, (lp, top) in enumerate(scorer.rows):
+        assert len(top) == 5 and top[0][1] == out[i] and top[0][0] == lp  # greedy: the top-1
+        assert [v for v, _ in top] == sorted((v for v, _ in top), reverse=True)
+        assert lp == pytest.approx(float(ref[i, out[i]]), abs=1e-4)
+        assert lp == pytest.approx(float(ref[i].max()), abs=1e-4)
+
+
+def test_sampled_logprobs_are_temperature_scaled(target: TransformersTarget) -> None:
+    """Above temperature 0: log(softmax(logits / T)) before top-p, the sampled token's own
+    logprob equal to its top-K entry when it is there."""
+    warm = Sampling(temperature=0.5, top_p=0.9, max_new_tokens=30)
+    scorer = Scorer(warm, 3)
+    out, _ = ModelGenerator(target, None, STEPS).generate(
+        PROMPTS[0], warm, 5, 30, frozenset(), scorer
+    )
+    ref = reference_logprobs(target, PROMPTS[0], out, 0.5)
+    assert len(scorer.rows) == len(out) == 30
+    for i, (lp, top) in enumerate(scorer.rows):
+        assert lp == pytest.approx(float(ref[i, out[i]]), abs=1e-4)
+        want = torch.topk(ref[i], 3)
+        assert [t for _, t in top] == want.indices.tolist()
+        assert dict((t, v) for v, t in top).get(out[i], lp) == lp
+    assert torch.logsumexp(ref[0], 0) == pytest.approx(0.0, abs=1e-5)  # a distribution

@@ -133,7 +133,13 @@ def test_speculating_server_returns_the_plain_ids_with_spec_fields(
     models: tuple[Path, Path],
 ) -> None:
     target, draft = models
-    body = {"input_ids": PROMPT, "sampling_params": {"temperature": 0, "max_new_tokens": 40}}
+    body = {
+        "input_ids": PROMPT,
+        "sampling_params": {"temperature": 0, "max_new_tokens": 40},
+        "return_logprob": True,
+        "logprob_start_len": -1,
+        "top_logprobs_num": 3,
+    }
     plain, url = _start(target)
     try:
         expected = _generate(url, body)
@@ -158,6 +164,14 @@ def test_speculating_server_returns_the_plain_ids_with_spec_fields(
     assert meta["spec_accept_length"] == n / meta["spec_verify_ct"]
     assert info["speculative_algorithm"] == "EAGLE3"
     assert info["internal_states"][0]["avg_spec_accept_length"] >= 1.0
+    # the target's own logprobs, the same with speculation as without (SGLang's shapes)
+    want, lps = expected["meta_info"], meta["output_token_logprobs"]
+    assert [t for _, t, _ in lps] == got["output_ids"] and meta["input_token_logprobs"] == []
+    for (lp, t, _), top, ref in zip(
+        lps, meta["output_top_logprobs"], want["output_token_logprobs"], strict=True
+    ):
+        assert len(top) == 3 and top[0][:2] == [lp, t] and lp <= 0.0  # greedy: the argmax
+        assert lp == pytest.approx(ref[0], abs=1e-4)
 
 
 def test_missing_draft_directory_is_a_one_line_error(models: tuple[Path, Path]) -> None:

@@ -1,7 +1,10 @@
 """The lab's table: held-out accept length per draft, and the verifier's honesty at temperature 0
 (every held-out prompt's output ids with speculation equal those without).
 
-usage: python summary.py OUT_JSON PLAIN_JSON NAME=MEASURE_JSON ...
+usage: python summary.py OUT_JSON PLAIN_JSON NAME=MEASURE_JSON ... [--selection DIR ROW ...]
+
+With ``--selection``: the selection table (issue #35, docs/selection-lab.md), one row per name,
+from DIR/ROW.json (measure.py's output) and DIR/ROW.train.json (steps, wall seconds, rows).
 """
 
 import json
@@ -9,7 +12,28 @@ import sys
 from pathlib import Path
 
 
-def main(out: str, plain: str, *named: str) -> None:
+def selection_table(ids: dict, folder: str, rows: list[str]) -> list[dict]:
+    table = []
+    for name in rows:
+        run = json.loads((Path(folder) / f"{name}.json").read_text())
+        train = json.loads((Path(folder) / f"{name}.train.json").read_text())
+        mismatches = sum(ids.get(r["id"]) != r["output_ids"] for r in run["outputs"])
+        table.append(
+            {
+                "rule": name,
+                "accept_length": run["accept_length"],
+                **train,
+                "lossless_mismatches": mismatches,
+            }
+        )
+    return table
+
+
+def main(out: str, plain: str, *args: str) -> None:
+    named, rows = args, []
+    if "--selection" in args:
+        at = args.index("--selection")
+        named, rows = args[:at], list(args[at + 1 :])
     base = json.loads(Path(plain).read_text())
     ids = {r["id"]: r["output_ids"] for r in base["outputs"]}
     accept, mismatches, details = {}, {}, {}
@@ -36,6 +60,10 @@ def main(out: str, plain: str, *named: str) -> None:
         "lossless_mismatches_by_draft": mismatches,
         "details": details,
     }
+    if rows:
+        table = selection_table(ids, rows[0], rows[1:])
+        summary["selection"] = {r["rule"]: r["accept_length"] for r in table}
+        summary["selection_table"] = table
     Path(out).write_text(json.dumps(summary, indent=1))
     print(f"held-out prompts: {base['records']} (temperature 0)")
     print(f"{'draft':<14} {'accept length':>13} {'accept rate':>11} {'mismatches':>10}")
@@ -43,6 +71,13 @@ def main(out: str, plain: str, *named: str) -> None:
         print(
             f"{name:<14} {accept[name]:>13.3f} {details[name]['accept_rate']:>11.3f} "
             f"{mismatches[name]:>10}"
+        )
+
+    for r in summary.get("selection_table", []):
+        print(
+            f"select {r['rule']:<14} accept length {r['accept_length']:.3f}  "
+            f"{r['train_rows']} rows  {r['steps']} steps  {r['seconds']} s  "
+            f"mismatches {r['lossless_mismatches']}"
         )
 
 
