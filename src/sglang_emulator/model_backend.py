@@ -31,7 +31,7 @@ from sglang_emulator.server import Emulator, _json, log
 from sglang_emulator.speculation import (
     ServerAcceptance,
     SpecCounters,
-    _Tally,
+    VerifyTally,
     sample,
     verify_greedy,
     verify_sampling,
@@ -245,7 +245,7 @@ class ModelGenerator:
         state.ids.append(out[0])
         if scorer is not None:
             scorer.add(logits.unsqueeze(0), out)
-        tally = _Tally() if self.draft is not None else None
+        tally = VerifyTally() if self.draft is not None else None
         while not _done(out, limit, stops, s.min_new_tokens):
             if tally is None:
                 logits, aux = self.target.forward(state, [state.ids[-1]])

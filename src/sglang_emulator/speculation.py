@@ -59,8 +59,9 @@ class SpecCounters:
         return fields
 
 
-class _Tally:
-    """The scheduler's per-request accumulation (schedule_batch.py, ``Req``)."""
+class VerifyTally:
+    """The scheduler's per-request accumulation (schedule_batch.py, ``Req``); the fake
+    model and the transformers backend (model_backend.py) both count with it."""
 
     def __init__(self) -> None:
         self.verify_ct = 0
@@ -141,7 +142,7 @@ def simulate_request(
     possibly more than the output kept.
     """
     rng = random.Random(seed)
-    tally = _Tally()
+    tally = VerifyTally()
     made = min(num_output_tokens, 1 + retractions)
     while made < num_output_tokens:
         correct = profile.draw(rng, num_steps)
@@ -312,7 +313,7 @@ def speculative_generate(
     rng = random.Random(seed)
     first, _ = _next(target(list(prompt)), temperature, rng)
     output = [first]
-    tally = _Tally()
+    tally = VerifyTally()
     while not _finished(output, max_new_tokens, stop_token_ids):
         step = _draft_and_verify(target, draft, [*prompt, *output], num_steps, temperature, rng)
         tally.step(step.num_correct_drafts)

@@ -179,5 +179,5 @@ def test_missing_draft_directory_is_a_one_line_error(models: tuple[Path, Path]) 
     proc, _ = _start(target, *SPEC, "--speculative-draft-model-path", "/nonexistent/draft")
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1
-    assert "--speculative-draft-model-path '/nonexistent/draft' is not a directory" in out
+    assert "--speculative-draft-model-path /nonexistent/draft: not a readable directory" in out
     assert "Traceback" not in out
