@@ -14,7 +14,8 @@
 # prompts again with the original draft speculating and logprobs on, `eagle3-datagen select`
 # --keep 0.5 by each rule, one draft per selection for the same epochs, the same held-out set.
 # Last line: `summary: PATH` (JSON: heldout_records, accept_length.{original,regenerated,
-# untrained}, lossless_mismatches, selection, selection_table). Everything lands in trainers/work/lab/ (LAB_WORK moves it).
+# untrained}, accept_length_eval (the same drafts measured by `eagle3-datagen eval`),
+# lossless_mismatches, selection, selection_table). Everything lands in trainers/work/lab/ (LAB_WORK moves it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SMALL=0
@@ -100,6 +101,11 @@ for draft in untrained original regenerated; do
   serve "$WORK/emulator-$draft.log" "${SPEC_FLAGS[@]}" --speculative-draft-model-path "$dir"
   uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
     "$WORK/measure-$draft.json"
+  # The same server measured by the product's own command: the same held-out split, each
+  # record's own sampling (max_new_tokens 256: the lab tier's); summary: accept_length_eval.
+  uv run eagle3-datagen eval "$WORK/dataset" --server-url "http://127.0.0.1:$PORT" \
+    --validation 0.2 --no-history --json "$WORK/eval-$draft.json" \
+    > "$WORK/eval-$draft.log" || { tail -20 "$WORK/eval-$draft.log"; exit 1; }
   stop_server
 done
 

@@ -3,6 +3,9 @@
 
 usage: python summary.py OUT_JSON PLAIN_JSON NAME=MEASURE_JSON ... [--selection DIR ROW ...]
 
+Where ``eval-NAME.json`` lies beside NAME's measure file (``eagle3-datagen eval --json``, the
+same held-out split, each record's own sampling), its accept length is ``accept_length_eval``.
+
 With ``--selection``: the selection table (issue #35, docs/selection-lab.md), one row per name,
 from DIR/ROW.json (measure.py's output) and DIR/ROW.train.json (steps, wall seconds, rows).
 """
@@ -36,11 +39,14 @@ def main(out: str, plain: str, *args: str) -> None:
         named, rows = args[:at], list(args[at + 1 :])
     base = json.loads(Path(plain).read_text())
     ids = {r["id"]: r["output_ids"] for r in base["outputs"]}
-    accept, mismatches, details = {}, {}, {}
+    accept, mismatches, details, by_eval = {}, {}, {}, {}
     for item in named:
         name, _, path = item.partition("=")
         run = json.loads(Path(path).read_text())
         accept[name] = run["accept_length"]
+        evaluated = Path(path).with_name(f"eval-{name}.json")
+        if evaluated.exists():
+            by_eval[name] = json.loads(evaluated.read_text())["accept_length"]
         mismatches[name] = sum(ids.get(r["id"]) != r["output_ids"] for r in run["outputs"])
         s = run["summary"]
         details[name] = {
@@ -60,6 +66,8 @@ def main(out: str, plain: str, *args: str) -> None:
         "lossless_mismatches_by_draft": mismatches,
         "details": details,
     }
+    if by_eval:
+        summary["accept_length_eval"] = by_eval
     if rows:
         table = selection_table(ids, rows[0], rows[1:])
         summary["selection"] = {r["rule"]: r["accept_length"] for r in table}
@@ -73,6 +81,8 @@ def main(out: str, plain: str, *args: str) -> None:
             f"{mismatches[name]:>10}"
         )
 
+    for name, value in by_eval.items():
+        print(f"eagle3-datagen eval, {name} draft: accept length {value:.3f}")
     for r in summary.get("selection_table", []):
         print(
             f"select {r['rule']:<14} accept length {r['accept_length']:.3f}  "
