@@ -62,6 +62,8 @@ def test_assignment_is_stable_and_follows_the_shares() -> None:
     ids = [f"line-{i}" for i in range(2000)]
     first = [assign_mode(i, shares) for i in ids]
     assert first == [assign_mode(i, dict(shares)) for i in ids]
+    # The same mixture listed in another order (the fingerprint cannot tell) assigns the same.
+    assert first == [assign_mode(i, {"instant": 0.4, "thinking": 0.6}) for i in ids]
     counts = Counter(first)
     assert abs(counts["thinking"] / 2000 - 0.6) < 0.04
     assert abs(counts["instant"] / 2000 - 0.4) < 0.04

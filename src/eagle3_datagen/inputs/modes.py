@@ -29,11 +29,13 @@ def mode_point(line_id: str) -> float:
 
 def assign_mode(line_id: str, shares: Mapping[str, float]) -> str:
     """The mode of a line under a mixture: its point against the shares, cumulated in the
-    order they are declared (the last mode takes what rounding leaves)."""
+    order of the modes' names (the last mode takes what rounding leaves). Not the order the
+    config lists them in: the fingerprint compares the mixture as a mapping, so listing the
+    same shares in another order must not move a line to another mode."""
     if not shares:
         return DEFAULT_MODE
     point, total = mode_point(line_id), 0.0
-    names = list(shares)
+    names = sorted(shares)
     for name in names:
         total += shares[name]
         if point < total:
