@@ -3,6 +3,7 @@ order a batch sends its requests in."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,10 @@ from PIL import Image
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import TOKENIZER_DIR
+from eagle3_datagen.generate.batch import PartitionRunner
+from eagle3_datagen.inputs.prompts import plan_batches
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.sglang.client import GenerateResult, SGLangClient
 from eagle3_datagen.write.shards import PartitionOutput
 from tests.support.pipeline import run_batches
@@ -134,3 +139,46 @@ async def test_image_prompts_take_their_place_by_the_length_the_server_holds(
 
 def _img(url: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
+
+
+async def test_a_stopped_batch_keeps_its_settled_lines(
+    tmp_path: Path, emulator_factory: Any
+) -> None:
+    """A stop mid-batch: the lines already answered stay done (progress never goes backwards),
+    and the rerun finds them in the batch's journal and sends only the others."""
+    emu = emulator_factory("--emu-decode-ms-per-token", "4", "--emu-mean-output-tokens", "40")
+    emu.wait_ready()
+    config = make(tmp_path, [f"question number {i}" for i in range(10)], concurrency=1)
+    [spec] = plan_batches("p", config.partition("p").input, config.batch_size)
+    tok = ChatTokenizer(str(TOKENIZER_DIR))
+
+    def runner(client: SGLangClient) -> PartitionRunner:
+        return PartitionRunner(
+            config=config,
+            partition="p",
+            tokenizer=tok,
+            ids=TokenIds.resolve(tok, config.special_tokens),
+            client=client,
+            output=PartitionOutput(config.output_dir, "p"),
+        )
+
+    async with SGLangClient(emu.url) as client:
+        first = runner(client)
+        batch = asyncio.create_task(first.run_batch(spec))
+        while first.progress.done < 3:
+            assert not batch.done(), "the batch finished before it could be stopped"
+            await asyncio.sleep(0.01)
+        batch.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await batch
+        settled = first.progress.done
+        assert 3 <= settled < 10
+        assert not list(PartitionOutput(config.output_dir, "p").shard_paths())
+
+    resent = _SendOrder(emu.url)
+    async with resent:
+        second = runner(resent)
+        await second.run_batch(spec)
+    assert len(resent.sent) == 10 - settled
+    ids = pq.read_table(PartitionOutput(config.output_dir, "p").shard_paths()).column("id")
+    assert sorted(ids.to_pylist()) == sorted(f"r{i}" for i in range(10))

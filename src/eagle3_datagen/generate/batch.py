@@ -121,10 +121,13 @@ class PartitionRunner:
 
         A failure no retry can fix (``errors.final_cause``) stops the whole run: every
         partition, at once (``ServerSupervisor.stop``). A failed attempt's settled lines stop
-        counting as done: progress counts what is on disk and in flight, not what a failed
-        batch will redo."""
+        counting as done (its retry counts them again as it finds them in the journal). A
+        stopped batch's stay done: they are in its journal, which a rerun reuses, and a
+        stop must never move progress backwards."""
         try:
             return await self._run_batch(spec)
+        except asyncio.CancelledError:
+            raise
         except BaseException as err:
             self.progress.batch_failed(spec.index)
             if isinstance(err, Exception) and self.supervisor is not None:
