@@ -13,15 +13,23 @@
 # Then the selection table (issue #35, trainers/lab/selection.sh, docs/selection-lab.md): the
 # prompts again with the original draft speculating and logprobs on, `eagle3-datagen select`
 # --keep 0.5 by each rule, one draft per selection for the same epochs, the same held-out set.
+# Then the modes table (issue #34, trainers/lab/modes.sh, docs/modes-lab.md): a target that
+# serves both of Kimi-K2.5's modes, a draft trained on its thinking-only answers and one on the
+# declared mixture, each measured on the held-out prompts in both modes.
 # Last line: `summary: PATH` (JSON: heldout_records, accept_length.{original,regenerated,
 # untrained}, accept_length_eval (the same drafts measured by `eagle3-datagen eval`),
-# lossless_mismatches, selection, selection_table). Everything lands in trainers/work/lab/ (LAB_WORK moves it).
+# lossless_mismatches, selection, selection_table, accept_length_by_mode, modes_table).
+# Everything lands in trainers/work/lab/ (LAB_WORK moves it). LAB_TABLES picks the tables
+# (default "main selection modes"; selection needs main): `LAB_TABLES=modes` runs that one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SMALL=0
 [ "${1:-}" = "--small" ] && SMALL=1
 WORK=${LAB_WORK:-trainers/work/lab}
 PORT=${LAB_PORT:-30741}
+TABLES=" ${LAB_TABLES:-main selection modes} "
+table() { [[ "$TABLES" == *" $1 "* ]]; }
+if table selection && ! table main; then echo "LAB_TABLES: selection needs main"; exit 2; fi
 SPEC=$PWD/.venv-trainers-speculators/bin/python
 if [ "$SMALL" = 1 ]; then PROMPTS=80 TARGET_STEPS=150 DRAFT_STEPS=60 MAX_NEW=96
 else PROMPTS=240 TARGET_STEPS=400 DRAFT_STEPS=300 MAX_NEW=256; fi
@@ -32,9 +40,10 @@ step() { echo; echo "== $(date -u +%H:%M:%S) (+$(( $(date +%s) - T0 )) s) $*"; }
 EMU_PID=
 stop_server() { [ -n "$EMU_PID" ] && kill "$EMU_PID" 2>/dev/null && wait "$EMU_PID" 2>/dev/null; EMU_PID=; }
 trap stop_server EXIT
-serve() {  # serve LOG [speculative flags...]: the emulator with the target, under torch's venv
-  local log=$1; shift
-  PYTHONPATH=$PWD/src "$SPEC" -m sglang_emulator --model-path "$WORK/target" --port "$PORT" \
+serve() {  # serve LOG [speculative flags...]: the emulator with the target (SERVE_TARGET
+  local log=$1; shift  # moves it), under torch's venv
+  PYTHONPATH=$PWD/src "$SPEC" -m sglang_emulator --model-path "${SERVE_TARGET:-$WORK/target}" \
+    --port "$PORT" \
     --emu-model-backend transformers --random-seed 0 "$@" > "$log" 2>&1 &
   EMU_PID=$!
   for _ in $(seq 600); do
@@ -51,17 +60,33 @@ trainers/setup.sh speculators
 "$SPEC" -c 'import aiohttp, orjson' 2>/dev/null || "$SPEC" -m pip install -q aiohttp orjson
 rm -rf "$WORK" && mkdir -p "$WORK" && WORK=$(cd "$WORK" && pwd)
 
-step "corpus and target ($TARGET_STEPS steps)"
+step "corpus"
 "$SPEC" trainers/lab/corpus.py "$WORK/corpus" "$PROMPTS"
+sed "s#../work/lab/corpus/prompts.jsonl#$WORK/corpus/prompts.jsonl#" trainers/lab/lab.yaml \
+  > "$WORK/lab.yaml"
+sed -i "s#  path: ../../src#  path: $PWD/src#" "$WORK/lab.yaml"
+
+train() {  # train NAME EXPORT_DIR STEPS ROWS: a draft of TRAIN_TARGET (default the target),
+  local t=$(date +%s)  # its wall time in selection/NAME.train.json
+  trainers/lab/train_draft.sh "${TRAIN_TARGET:-$WORK/target}" "$2" "$WORK/drafts/$1" "$3"
+  mkdir -p "$WORK/selection"
+  echo "{\"seconds\": $(( $(date +%s) - t )), \"steps\": $3, \"train_rows\": $4}" \
+    > "$WORK/selection/$1.train.json"
+}
+# The last checkpoint (not speculators' "best", which it picks by loss on the held-out rows).
+last_ckpt() { find "$1/ckpt" -mindepth 1 -maxdepth 1 -type d -name '[0-9]*' | sort -V | tail -1; }
+SPEC_FLAGS=(--speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1
+  --speculative-num-draft-tokens 4)
+SUMMARY_ARGS=()
+
+if table main; then
+step "target ($TARGET_STEPS steps)"
 "$SPEC" trainers/lab/make_target.py src/eagle3_datagen/assets/kimi-k2.5-mini \
   "$WORK/corpus/target_train.jsonl" "$WORK/target" "$TARGET_STEPS" > "$WORK/target.log"
 tail -1 "$WORK/target.log"
 
 step "on-policy data: eagle3-datagen run against the emulator serving the target"
 serve "$WORK/emulator-generate.log"
-sed "s#../work/lab/corpus/prompts.jsonl#$WORK/corpus/prompts.jsonl#" trainers/lab/lab.yaml \
-  > "$WORK/lab.yaml"
-sed -i "s#  path: ../../src#  path: $PWD/src#" "$WORK/lab.yaml"
 uv run eagle3-datagen run "$WORK/lab.yaml" --server-url "http://127.0.0.1:$PORT" \
   --output "$WORK/dataset" > "$WORK/run.log" 2>&1 || { tail -30 "$WORK/run.log"; exit 1; }
 tail -3 "$WORK/run.log"
@@ -71,25 +96,14 @@ uv run eagle3-datagen export "$WORK/dataset" --format speculators --validation 0
 "$SPEC" trainers/lab/original.py src/eagle3_datagen/assets/kimi-k2.5-mini \
   "$WORK/corpus/prompts.jsonl" "$WORK/regenerated" "$WORK/original"
 
-train() {  # train NAME EXPORT_DIR STEPS ROWS: a draft, its wall time in selection/NAME.train.json
-  local t=$(date +%s)
-  trainers/lab/train_draft.sh "$WORK/target" "$2" "$WORK/drafts/$1" "$3"
-  mkdir -p "$WORK/selection"
-  echo "{\"seconds\": $(( $(date +%s) - t )), \"steps\": $3, \"train_rows\": $4}" \
-    > "$WORK/selection/$1.train.json"
-}
 for data in original regenerated; do
   step "draft on $data answers ($DRAFT_STEPS steps)"
   train "$data" "$WORK/$data" "$DRAFT_STEPS" "$(wc -l < "$WORK/$data/speculators.jsonl")"
 done
-# The last checkpoint (not speculators' "best", which it picks by loss on the held-out rows).
-last_ckpt() { find "$1/ckpt" -mindepth 1 -maxdepth 1 -type d -name '[0-9]*' | sort -V | tail -1; }
 "$SPEC" trainers/lab/random_draft.py "$(last_ckpt "$WORK/drafts/regenerated")" \
   "$WORK/drafts/untrained/ckpt/0" | tail -1
 
 HELDOUT=$WORK/regenerated/speculators.validation.jsonl
-SPEC_FLAGS=(--speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1
-  --speculative-num-draft-tokens 4)
 step "held-out outputs without speculation"
 serve "$WORK/emulator-plain.log"
 uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
@@ -109,11 +123,20 @@ for draft in untrained original regenerated; do
   stop_server
 done
 
-source trainers/lab/selection.sh
+SUMMARY_ARGS=("$WORK/measure-plain.json" untrained="$WORK/measure-untrained.json"
+  original="$WORK/measure-original.json" regenerated="$WORK/measure-regenerated.json")
+fi
+
+if table selection; then
+  source trainers/lab/selection.sh
+  SUMMARY_ARGS+=(--selection "$WORK/selection" $SELECTION_ROWS)
+fi
+if table modes; then
+  source trainers/lab/modes.sh
+  SUMMARY_ARGS+=(--modes "$WORK/modes/table.json")
+fi
 
 step "summary"
-python3 trainers/lab/summary.py "$WORK/summary.json" "$WORK/measure-plain.json" \
-  untrained="$WORK/measure-untrained.json" original="$WORK/measure-original.json" \
-  regenerated="$WORK/measure-regenerated.json" --selection "$WORK/selection" $SELECTION_ROWS
+python3 trainers/lab/summary.py "$WORK/summary.json" "${SUMMARY_ARGS[@]}"
 echo "lab time: $(( $(date +%s) - T0 )) s"
 echo "summary: $WORK/summary.json"

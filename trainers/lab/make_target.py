@@ -7,7 +7,12 @@ bundled Kimi-K2.5-style tokenizer saved with it, model.safetensors.index.json), 
 larger hidden size so that a few minutes on one CPU thread teach it something. Deterministic:
 seed 0, a fixed number of steps, one thread.
 
-usage: python make_target.py TOKENIZER_DIR TARGET_TRAIN_JSONL OUT_DIR [STEPS]
+With ``modes`` (the modes table, issue #34): every training answer twice, once in each of
+Kimi-K2.5's serving modes, so the target serves both as the real one does: *thinking* (the
+generation prompt ends in ``<think>``; reasoning, ``</think>``, answer) and *instant* (the
+template's ``thinking=False``: the prompt ends in ``<think></think>``; the answer alone).
+
+usage: python make_target.py TOKENIZER_DIR TARGET_TRAIN_JSONL OUT_DIR [STEPS [modes]]
 """
 
 import json
@@ -24,12 +29,18 @@ BATCH = 16
 LR = 3e-3
 
 
-def encode(tok, row: dict) -> tuple[list[int], int]:
+def encode(tok, row: dict, thinking: bool = True) -> tuple[list[int], int]:
     """The conversation's ids and where the answer starts (loss on the answer only)."""
+    kwargs = {} if thinking else {"thinking": False}
     prompt = tok.apply_chat_template(
-        [{"role": "user", "content": row["question"]}], tokenize=False, add_generation_prompt=True
+        [{"role": "user", "content": row["question"]}],
+        tokenize=False,
+        add_generation_prompt=True,
+        **kwargs,
     )
-    answer = f"{row['reasoning']}</think>{row['answer']}<|im_end|>"
+    answer = f"{row['answer']}<|im_end|>"
+    if thinking:
+        answer = f"{row['reasoning']}</think>{answer}"
     p = tok(prompt, add_special_tokens=False).input_ids
     a = tok(answer, add_special_tokens=False).input_ids
     return p + a, len(p)
@@ -69,10 +80,17 @@ def batches(rows: list[tuple[list[int], int]], rng: random.Random):
             yield ids, labels, mask
 
 
-def main(tokenizer_dir: str, train_jsonl: str, out_dir: str, steps: int = 300) -> None:
+def main(
+    tokenizer_dir: str, train_jsonl: str, out_dir: str, steps: int = 300, modes: str = ""
+) -> None:
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=True)
-    rows = [encode(tok, json.loads(x)) for x in Path(train_jsonl).read_text().splitlines()]
+    answers = [json.loads(x) for x in Path(train_jsonl).read_text().splitlines()]
+    rows = [encode(tok, row) for row in answers]
+    if modes == "modes":
+        rows += [encode(tok, row, thinking=False) for row in answers]
+    elif modes:
+        raise SystemExit(f"make_target.py: unknown option {modes!r} (only 'modes')")
     model = build(tok)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=LR, total_steps=steps, pct_start=0.1)
@@ -102,4 +120,4 @@ def main(tokenizer_dir: str, train_jsonl: str, out_dir: str, steps: int = 300) -
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4], *(int(a) for a in sys.argv[4:5]))
+    main(*sys.argv[1:4], *(int(a) for a in sys.argv[4:5]), *sys.argv[5:6])
