@@ -56,22 +56,36 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    """The dataset beside the config's serving profile (or its own mix); exit 1 with
-    ``--strict`` when a dimension is flagged."""
+    """The dataset beside a serving profile: ``--config``'s, else the one the run recorded in
+    the manifest, else the data's own mix; exit 1 with ``--strict`` when a dimension is
+    flagged."""
     import orjson
 
-    from eagle3_datagen.config import load_config
+    from eagle3_datagen.config import ServingProfile, load_config
     from eagle3_datagen.report.coverage import coverage_text, dataset_coverage
+    from eagle3_datagen.write.manifest import MANIFEST, read_manifest
 
-    profile = None
+    profile, source = None, "none: the data's own mix"
     if args.config:
         profile = load_config(args.config).serving_profile
         if profile is None:
             raise ConfigError(f"{args.config}: declares no serving_profile")
+        source = args.config
+    elif (recorded := (read_manifest(args.dataset) or {}).get("serving_profile")) is not None:
+        try:
+            profile = ServingProfile.model_validate(recorded)
+        except ValueError as err:
+            raise ConfigError(f"{args.dataset}/{MANIFEST}: serving_profile: {err}") from err
+        source = f"{args.dataset}/{MANIFEST} (the run's config)"
     cov = dataset_coverage(args.dataset, profile, partitions=args.partition)
     if args.json:
-        print(orjson.dumps(cov.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        print(
+            orjson.dumps(
+                {**cov.to_dict(), "profile_from": source}, option=orjson.OPT_INDENT_2
+            ).decode()
+        )
     else:
+        print(f"profile: {source}")
         print(coverage_text(cov))
     return 1 if args.strict and cov.flagged else 0
 
@@ -83,7 +97,10 @@ def _add_coverage(sub: Any) -> None:
     )
     coverage.add_argument("dataset", metavar="DIR", help="the run's output directory")
     coverage.add_argument(
-        "--config", metavar="CONFIG", help="the config whose serving_profile to compare with"
+        "--config",
+        metavar="CONFIG",
+        help="the config whose serving_profile to compare with (default: the run's, recorded "
+        "in the manifest)",
     )
     coverage.add_argument("--partition", action="append", metavar="NAME", help="only this one")
     coverage.add_argument(

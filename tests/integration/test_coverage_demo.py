@@ -88,6 +88,15 @@ def test_demo_coverage_in_card_artifact_and_cli(tmp_path: Path) -> None:
     by = {(r["dimension"], r["key"]): r for r in report["rows"]}
     assert by["tool_results", "with"]["records"] == with_results
     assert by["tool_results", "with"]["profile"] is None  # not declared: shown, not judged
+    # Without --config: the profile the run recorded in its manifest, the same verdict.
+    recorded = coverage_cli(str(root), "--strict", "--json")
+    assert recorded.returncode == 1, recorded.stderr
+    again = orjson.loads(recorded.stdout)
+    assert again["flagged"] == ["tools"] and again["rows"] == report["rows"]
+    assert again["profile_from"] == f"{root}/manifest.json (the run's config)"
+    # A rerun of the config without a profile (every batch reused) drops it: the own mix.
+    ok, _ = run_pipeline(demo_config(root))
+    assert ok and "serving_profile" not in orjson.loads((root / "manifest.json").read_bytes())
     own = coverage_cli(str(root))
     assert own.returncode == 0, own.stderr
     assert "own mix over 90 records" in own.stdout and "latin" in own.stdout

@@ -97,11 +97,14 @@ def update_manifest(
     partitions: dict[str, dict[str, Any]],
     *,
     running: bool = False,
+    serving_profile: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the manifest, keeping other partitions' entries made under the same fingerprint.
 
     Runs that each handle some partitions of one output directory (a partial rerun, or partition
     jobs fanned out to several machines) then share one manifest instead of overwriting it.
+    ``serving_profile``, the run's config's, is kept so that ``eagle3-datagen coverage DIR``
+    compares the data with it without the config; it changes no token, so no fingerprint.
     """
     old = read_manifest(root)
     merged: dict[str, dict[str, Any]] = {}
@@ -118,6 +121,8 @@ def update_manifest(
         "status": "running" if running else "failed" if failed else "completed",
         "partitions": dict(sorted(merged.items())),
     }
+    if serving_profile is not None:
+        manifest["serving_profile"] = serving_profile
     write_manifest(root, manifest)
     return manifest
 
@@ -147,4 +152,5 @@ def settle_manifest(root: str | Path, names: list[str], failed: set[str]) -> dic
         }
         for name in names
     }
-    return update_manifest(root, manifest["fingerprint"], entries)
+    profile = manifest.get("serving_profile")
+    return update_manifest(root, manifest["fingerprint"], entries, serving_profile=profile)
