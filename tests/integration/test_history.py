@@ -9,10 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen.generate.batch import PartitionRunner
 from eagle3_datagen.inputs.prompts import plan_batches
-from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.report.history import (
     append_history,
     history_entry,
@@ -24,22 +21,15 @@ from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.write.shards import PartitionOutput
 from tests.support import TOKENIZER_DIR
+from tests.support.pipeline import partition_runner
 from tests.support.prompts import write_prompts
 
 
 async def night(config: PipelineConfig, url: str, batches: int, name: str, day: int) -> None:
     """One run of partition ``p``: its first ``batches`` batches, then its history line."""
-    tok = ChatTokenizer(str(TOKENIZER_DIR))
     meter = RunMeter()
     async with SGLangClient(url) as client:
-        runner = PartitionRunner(
-            config=config,
-            partition="p",
-            tokenizer=tok,
-            ids=TokenIds.resolve(tok, config.special_tokens),
-            client=client,
-            output=PartitionOutput(config.output_dir, "p"),
-        )
+        runner = partition_runner(config, client)
         meter.track("p", runner.progress)
         specs = list(plan_batches("p", config.partition("p").input, config.batch_size))
         for spec in specs[:batches]:

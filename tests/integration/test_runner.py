@@ -14,13 +14,10 @@ from PIL import Image
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import TOKENIZER_DIR
-from eagle3_datagen.generate.batch import PartitionRunner
 from eagle3_datagen.inputs.prompts import plan_batches
-from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.sglang.client import GenerateResult, SGLangClient
 from eagle3_datagen.write.shards import PartitionOutput
-from tests.support.pipeline import run_batches
+from tests.support.pipeline import partition_runner, run_batches
 
 pytestmark = pytest.mark.tokens
 
@@ -150,20 +147,8 @@ async def test_a_stopped_batch_keeps_its_settled_lines(
     emu.wait_ready()
     config = make(tmp_path, [f"question number {i}" for i in range(10)], concurrency=1)
     [spec] = plan_batches("p", config.partition("p").input, config.batch_size)
-    tok = ChatTokenizer(str(TOKENIZER_DIR))
-
-    def runner(client: SGLangClient) -> PartitionRunner:
-        return PartitionRunner(
-            config=config,
-            partition="p",
-            tokenizer=tok,
-            ids=TokenIds.resolve(tok, config.special_tokens),
-            client=client,
-            output=PartitionOutput(config.output_dir, "p"),
-        )
-
     async with SGLangClient(emu.url) as client:
-        first = runner(client)
+        first = partition_runner(config, client)
         batch = asyncio.create_task(first.run_batch(spec))
         while first.progress.done < 3:
             assert not batch.done(), "the batch finished before it could be stopped"
@@ -177,7 +162,7 @@ async def test_a_stopped_batch_keeps_its_settled_lines(
 
     resent = _SendOrder(emu.url)
     async with resent:
-        second = runner(resent)
+        second = partition_runner(config, resent)
         await second.run_batch(spec)
     assert len(resent.sent) == 10 - settled
     ids = pq.read_table(PartitionOutput(config.output_dir, "p").shard_paths()).column("id")

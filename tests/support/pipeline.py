@@ -53,27 +53,34 @@ def write_config(data: dict[str, Any], out: Path) -> Path:
     return path
 
 
+def partition_runner(
+    config: PipelineConfig, client: SGLangClient, **runner: Any
+) -> PartitionRunner:
+    """The runner of partition ``p`` with the test tokenizer, writing to the config's output;
+    ``runner`` adds PartitionRunner arguments (e.g. ``run_id``, ``context_length``)."""
+    tok = ChatTokenizer(str(TOKENIZER_DIR), render=config.model.render)
+    return PartitionRunner(
+        config=config,
+        partition="p",
+        tokenizer=tok,
+        ids=TokenIds.resolve(tok, config.special_tokens),
+        client=client,
+        output=PartitionOutput(config.output_dir, "p"),
+        **runner,
+    )
+
+
 async def run_batches(
     config: PipelineConfig, url: str, client: SGLangClient | None = None, **runner: Any
 ) -> PartitionOutput:
     """Every batch of partition ``p`` through one PartitionRunner, in order, without Prefect;
     ``client`` (opened and closed here) replaces a plain one to ``url``; ``runner`` adds
     PartitionRunner arguments (e.g. ``run_id``, ``context_length``)."""
-    tok = ChatTokenizer(str(TOKENIZER_DIR), render=config.model.render)
-    out = PartitionOutput(config.output_dir, "p")
     async with client or SGLangClient(url) as client:
-        partition_runner = PartitionRunner(
-            config=config,
-            partition="p",
-            tokenizer=tok,
-            ids=TokenIds.resolve(tok, config.special_tokens),
-            client=client,
-            output=out,
-            **runner,
-        )
+        runs = partition_runner(config, client, **runner)
         for spec in plan_batches("p", config.partition("p").input, config.batch_size):
-            await partition_runner.run_batch(spec)
-    return out
+            await runs.run_batch(spec)
+    return runs.output
 
 
 def records(output_dir: Path, partition: str) -> dict[str, dict[str, Any]]:
