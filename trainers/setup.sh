@@ -20,6 +20,9 @@ build_speculators() {
   # speculators pulls torchvision/torchaudio CUDA builds from PyPI; with CPU torch they break
   # transformers' imports (operator torchvision::nms does not exist). speculators never uses them.
   "$venv/bin/pip" uninstall -q -y torchvision torchaudio || true
+  # The emulator's own imports (the CPU lab serves the target with it from this venv) and
+  # pytest for tests/lab (docs/lab.md), at the project's pins.
+  "$venv/bin/pip" install -q -c "$CONSTRAINT" aiohttp orjson "pytest==9.2.0"
   touch "$venv/.ready"
 }
 
