@@ -111,9 +111,8 @@ async def _session(
         if deleted:
             logger.warning(deleted)
         run = RunContext(run_key=run_key, budget=srv.budget, supervisor=srv.supervisor, meter=meter)
-        update_manifest(
-            config.output_dir, fingerprint, {}, running=True, serving_profile=_profile(config)
-        )
+        profile = config.serving_profile  # recorded for coverage DIR; later writes keep it
+        update_manifest(config.output_dir, fingerprint, {}, running=True, serving_profile=profile)
         yield _Session(srv, fingerprint, run)
 
 
@@ -176,21 +175,13 @@ async def _keep_completed(running: dict[str, Any], outcome: RunOutcome) -> None:
                 outcome.partition_completed(name, await state.aresult())
 
 
-def _profile(config: PipelineConfig) -> dict[str, Any] | None:
-    """The config's serving profile as the manifest keeps it (for ``coverage DIR``)."""
-    profile = config.serving_profile
-    return None if profile is None else profile.model_dump(mode="json", exclude_defaults=False)
-
-
 def _write_manifest(
     config: PipelineConfig, fingerprint: dict[str, Any], outcome: RunOutcome, logger: LogSink
 ) -> dict[str, Any]:
     """The manifest with this run's partitions; {} when it could not be written and that is
     only a consequence of the run's own reason (the outcome decides)."""
     try:
-        return update_manifest(
-            config.output_dir, fingerprint, outcome.results, serving_profile=_profile(config)
-        )
+        return update_manifest(config.output_dir, fingerprint, outcome.results)
     except (OSError, OutputWriteError) as err:
         if not outcome.manifest_failure_is_consequence():
             raise

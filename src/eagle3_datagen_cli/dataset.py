@@ -63,7 +63,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 
     from eagle3_datagen.config import ServingProfile, load_config
     from eagle3_datagen.report.coverage import coverage_text, dataset_coverage
-    from eagle3_datagen.write.manifest import MANIFEST, read_manifest
+    from eagle3_datagen.write.manifest import MANIFEST, PROFILE, read_manifest
 
     profile, source = None, "none: the data's own mix"
     if args.config:
@@ -71,11 +71,11 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         if profile is None:
             raise ConfigError(f"{args.config}: declares no serving_profile")
         source = args.config
-    elif (recorded := (read_manifest(args.dataset) or {}).get("serving_profile")) is not None:
+    elif (recorded := (read_manifest(args.dataset) or {}).get(PROFILE)) is not None:
         try:
             profile = ServingProfile.model_validate(recorded)
         except ValueError as err:
-            raise ConfigError(f"{args.dataset}/{MANIFEST}: serving_profile: {err}") from err
+            raise ConfigError(f"{args.dataset}/{MANIFEST}: {PROFILE}: {err}") from err
         source = f"{args.dataset}/{MANIFEST} (the run's config)"
     cov = dataset_coverage(args.dataset, profile, partitions=args.partition)
     if args.json:

@@ -2,8 +2,9 @@
 real HTTP: the Parquet read back holds both modes, each instant record's prompt ends with the
 instant generation prompt (an empty reasoning block) and its answer has none, each thinking
 record closes its reasoning once, and every record passes the offline checks of its mode. A
-line whose kwargs the template rejects is a reject naming its line; a line naming a mode that
-is not declared stops the partition's plan, naming file and line, before any request."""
+line whose kwargs the template refuses, or one naming a mode that is not declared, stops the
+partition's plan, naming file and line, before any request (without the plan, as batches run
+alone, such a line is a reject naming its line)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle3_datagen.config import PipelineConfig
-from eagle3_datagen.errors import InputFileError
+from eagle3_datagen.errors import ConfigError, InputFileError
 from eagle3_datagen.generate.plan import plan_partition
 from eagle3_datagen.inputs.modes import assign_mode
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
@@ -97,6 +98,24 @@ def test_an_undeclared_mode_stops_the_plan_naming_file_and_line(tmp_path: Path) 
     with pytest.raises(InputFileError, match=re.escape(where)):
         plan_partition(config, "p")
     assert not list((Path(config.output_dir) / "p").glob("**/*.parquet"))  # nothing generated
+
+
+def test_kwargs_the_template_refuses_stop_the_plan_naming_file_and_line(tmp_path: Path) -> None:
+    """SGLang's chat path passes add_generation_prompt by name, so a line repeating it in its
+    kwargs fails as SGLang's request would: found on a probe render when the partition is
+    planned, not while the server generates the lines before it."""
+    config = modes_config(tmp_path)
+    where = f"{config.partition('p').input}:26: chat_template_kwargs "
+    with pytest.raises(InputFileError, match=re.escape(where)) as err:
+        plan_partition(config, "p")
+    assert "add_generation_prompt" in str(err.value)
+    assert not list((Path(config.output_dir) / "p").glob("**/*.parquet"))  # nothing generated
+    # A mode whose own kwargs the template refuses: the config is named.
+    data = config.model_dump(mode="json")
+    data["model"]["modes"]["instant"] = {"tools": []}
+    bad = PipelineConfig.model_validate(data)
+    with pytest.raises(ConfigError, match=re.escape('model.modes.instant {"tools":[]}: ')):
+        plan_partition(bad, "p")
 
 
 @pytest.mark.usefixtures("prefect_backend")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import orjson
 
 from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.generate.kwargs_probe import check_kwargs
 from eagle3_datagen.inputs.near_dups import Similar
 from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.inputs.scan import InputInfo, scan_input
@@ -54,7 +55,8 @@ def load_tokenizer(config: PipelineConfig) -> ChatTokenizer:
 
 def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
     """Load the tokenizer, resolve the special tokens, plan the batches, find duplicate ids,
-    and bring the partition's output directory in line with the input as it is now.
+    try the template on every kwargs set the partition uses (``kwargs_probe``), and bring the
+    partition's output directory in line with the input as it is now.
 
     The input is streamed (batches are byte ranges), so this holds no prompt in memory.
     """
@@ -64,6 +66,7 @@ def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
     scan = scan_input(
         partition, part.input, config.batch_size, part.near_duplicates, config.model.modes
     )
+    check_kwargs(tokenizer, part.input, config.model.modes, part.modes, scan.kwargs_lines)
     output = PartitionOutput(config.output_dir, partition)
     reuse, superseded = prepare_partition(output, scan.batches, scan.info)
     write_similar(output, str(part.input), scan.similar)

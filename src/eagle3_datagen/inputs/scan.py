@@ -61,6 +61,11 @@ class InputScan:
     info: InputInfo
     similar: list[Similar] = dataclasses.field(default_factory=list)  # by line
     dropped: dict[int, Similar] = dataclasses.field(default_factory=dict)  # policy drop
+    # The first line of each distinct (mode named by the line, the line's own kwargs): what
+    # the plan renders once on a probe before any request (generate/kwargs_probe.py).
+    kwargs_lines: dict[str, tuple[int, str | None, dict[str, Any]]] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 def _by_batch(specs: list[BatchSpec], lines: dict[int, Any]) -> list[dict[int, Any]]:
@@ -124,6 +129,7 @@ def scan_input(
     similar_finder = NearDuplicateFinder(near.threshold) if near and policy != "off" else None
     specs: list[BatchSpec] = []
     digests: list[str] = []
+    kwargs_lines: dict[str, tuple[int, str | None, dict[str, Any]]] = {}
     whole = hashlib.sha256()
     parquet = is_parquet(path)
     for spec in plan_batches(partition, path, batch_size):
@@ -140,6 +146,9 @@ def scan_input(
             if isinstance(parsed, Prompt):
                 if modes is not None and parsed.mode is not None and parsed.mode not in modes:
                     raise InputFileError(_undeclared(path, line, parsed.mode, modes))
+                if parsed.mode is not None or parsed.kwargs:
+                    key = orjson.dumps([parsed.mode, parsed.kwargs], option=orjson.OPT_SORT_KEYS)
+                    kwargs_lines.setdefault(key.decode(), (line, parsed.mode, parsed.kwargs))
                 finder.add(parsed.id, line)
                 if similar_finder is not None:
                     similar_finder.add(line, parsed.messages, parsed.tools)
@@ -163,4 +172,4 @@ def scan_input(
         near_duplicates=sum(s.kind == "near" for s in similar),
         near_duplicates_policy=policy,
     )
-    return InputScan(batches, duplicates, info, similar, dropped)
+    return InputScan(batches, duplicates, info, similar, dropped, kwargs_lines)

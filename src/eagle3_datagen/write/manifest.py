@@ -10,13 +10,15 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
+from pydantic import BaseModel
 
 from eagle3_datagen.write.shards import BatchSummary, PartitionOutput, atomic_write_bytes
 
 MANIFEST = "manifest.json"
+PROFILE = "serving_profile"  # the run's config's, for eagle3-datagen coverage DIR
 
 
 def _percentiles(values: list[int]) -> dict[str, float]:
@@ -97,14 +99,15 @@ def update_manifest(
     partitions: dict[str, dict[str, Any]],
     *,
     running: bool = False,
-    serving_profile: dict[str, Any] | None = None,
+    serving_profile: BaseModel | Literal["keep"] | None = "keep",
 ) -> dict[str, Any]:
     """Write the manifest, keeping other partitions' entries made under the same fingerprint.
 
     Runs that each handle some partitions of one output directory (a partial rerun, or partition
     jobs fanned out to several machines) then share one manifest instead of overwriting it.
-    ``serving_profile``, the run's config's, is kept so that ``eagle3-datagen coverage DIR``
-    compares the data with it without the config; it changes no token, so no fingerprint.
+    ``serving_profile``, the run's config's (written when the run starts, kept by later
+    writes), is recorded so that ``eagle3-datagen coverage DIR`` compares the data with it
+    without the config; it changes no token, so it is not part of the fingerprint.
     """
     old = read_manifest(root)
     merged: dict[str, dict[str, Any]] = {}
@@ -121,8 +124,11 @@ def update_manifest(
         "status": "running" if running else "failed" if failed else "completed",
         "partitions": dict(sorted(merged.items())),
     }
-    if serving_profile is not None:
-        manifest["serving_profile"] = serving_profile
+    profile = (old or {}).get(PROFILE) if serving_profile == "keep" else serving_profile
+    if isinstance(profile, BaseModel):
+        profile = profile.model_dump(mode="json")
+    if profile is not None:
+        manifest[PROFILE] = profile
     write_manifest(root, manifest)
     return manifest
 
@@ -152,5 +158,4 @@ def settle_manifest(root: str | Path, names: list[str], failed: set[str]) -> dic
         }
         for name in names
     }
-    profile = manifest.get("serving_profile")
-    return update_manifest(root, manifest["fingerprint"], entries, serving_profile=profile)
+    return update_manifest(root, manifest["fingerprint"], entries)

@@ -1,0 +1,46 @@
+"""The template tried on each kwargs set before any request: the first refused set is named
+(the model's, a mode's, or a line's with its file and line); sets it renders pass."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from eagle3_datagen.errors import ConfigError, InputFileError
+from eagle3_datagen.generate.kwargs_probe import check_kwargs, refusal
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from tests.support import TOKENIZER_DIR
+
+MODES = {"thinking": {}, "instant": {"thinking": False}}
+
+
+def test_kwargs_the_template_renders_pass() -> None:
+    tok = ChatTokenizer(str(TOKENIZER_DIR))
+    assert refusal(tok, {"thinking": False}) is None
+    lines = {"a": (3, "instant", {}), "b": (9, None, {"thinking": True})}
+    check_kwargs(tok, "in.jsonl", MODES, {"thinking": 0.5, "instant": 0.5}, lines)
+
+
+def test_the_first_refused_set_is_named() -> None:
+    # tokenize is passed by name too (as SGLang's chat path does): repeating it is refused.
+    model = ChatTokenizer(str(TOKENIZER_DIR), chat_template_kwargs={"tokenize": True})
+    with pytest.raises(ConfigError, match=r"^model\.chat_template_kwargs: .*tokenize"):
+        check_kwargs(model, "in.jsonl", MODES, None, {})
+    tok = ChatTokenizer(str(TOKENIZER_DIR))
+    modes = {**MODES, "odd": {"add_generation_prompt": False}}
+    with pytest.raises(
+        ConfigError, match=re.escape('model.modes.odd {"add_generation_prompt":false}')
+    ):
+        check_kwargs(tok, "in.jsonl", modes, {"thinking": 0.5, "odd": 0.5}, {})
+    # Unassigned by the mixture (share 0) and named by no line: never rendered, not refused.
+    check_kwargs(tok, "in.jsonl", modes, {"thinking": 1.0, "odd": 0.0}, {})
+    lines: dict[str, tuple[int, str | None, dict[str, Any]]] = {
+        "a": (3, "instant", {}),
+        "b": (7, "odd", {}),
+    }
+    with pytest.raises(
+        InputFileError, match=re.escape("in.jsonl:7: mode 'odd' chat_template_kwargs")
+    ):
+        check_kwargs(tok, "in.jsonl", modes, {"thinking": 1.0}, lines)
