@@ -106,6 +106,27 @@ class GenerateResult:
             raise RetryableRequestError(f"malformed /generate response: {err!r}") from None
 
 
+def generate_body(
+    input_ids: list[int],
+    sampling_params: dict[str, Any],
+    rid: str,
+    image_data: list[str] | None = None,
+    top_logprobs: int | None = None,
+) -> dict[str, Any]:
+    """The ``/generate`` body of one prompt (its recorded answers from SGLang's own code are
+    tests/fixtures/sglang-0.5.23/generate_*.json)."""
+    payload: dict[str, Any] = {
+        "input_ids": input_ids,
+        "sampling_params": sampling_params,
+        "rid": rid,
+    }
+    if image_data:
+        payload["image_data"] = image_data
+    if top_logprobs is not None:
+        payload.update(request_fields(top_logprobs))
+    return payload
+
+
 def request_id(run_id: str, partition: str, line: int | str, attempt: int) -> str:
     """The rid of one try: unique per run and attempt, so no two requests ever share one.
 
@@ -288,15 +309,7 @@ class SGLangClient(ClosedOnExit):
         """Send one prompt as token ids (its images, if any, in ``image_data`` in placeholder
         order); return the raw output ids and finish reason. ``top_logprobs``: ask for the
         output logprobs with that many alternatives per token (None: none)."""
-        payload: dict[str, Any] = {
-            "input_ids": input_ids,
-            "sampling_params": sampling_params,
-            "rid": rid,
-        }
-        if image_data:
-            payload["image_data"] = image_data
-        if top_logprobs is not None:
-            payload.update(request_fields(top_logprobs))
+        payload = generate_body(input_ids, sampling_params, rid, image_data, top_logprobs)
         status, body = await self._post_generate(orjson.dumps(payload))
         raise_for_generate_status(status, body)
         try:
