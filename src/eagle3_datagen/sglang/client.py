@@ -65,11 +65,11 @@ class GenerateResult:
     spec: dict[str, Any] | None = None
     # Asked for with ``logprobs`` (sglang/logprobs.py), as sent: the sampled token's logprob
     # and the id SGLang scored per output token; with top_k > 0 the alternatives, highest first.
-    # None when not asked. A null logprob is SGLang's JSON for -inf or NaN.
+    # None when not asked. A null logprob is SGLang's JSON for NaN.
     output_logprobs: list[float | None] | None = None
     logprob_ids: list[int] | None = None
     top_logprob_ids: list[list[int]] | None = None
-    top_logprobs: list[list[float]] | None = None  # null entries (-inf) dropped
+    top_logprobs: list[list[float]] | None = None  # entries of no mass dropped (logprobs.py)
 
     @classmethod
     def from_json(cls, item: dict[str, Any], top_k: int | None = None) -> GenerateResult:
