@@ -397,9 +397,7 @@ class FakeScheduler:
             **dict.fromkeys(OTHER_FIELDS),
         )
 
-    def _log(
-        self, req: Any, output_ids: list[int], finish: Any, lp: OutputLogprobs | None
-    ) -> None:
+    def _log(self, req: Any, output_ids: list[int], finish: Any, lp: OutputLogprobs | None) -> None:
         path = self.settings.log_path
         if path is None:
             return
@@ -542,7 +540,8 @@ class FakeTokenizerManager(TokenizerManager):
             self.scheduler.abort(obj.rid, obj.abort_all)
 
     def deliver(self, *outs: BatchStrOutput) -> None:
-        """What `handle_loop` does with detokenizer messages, in order (tokenizer_manager.py:2465)."""
+        """What `handle_loop` does with detokenizer messages, one after another
+        (tokenizer_manager.py:2465)."""
         from sglang.srt.managers.tokenizer_manager import real_time
 
         async def handle() -> None:

@@ -57,9 +57,7 @@ def _config(tmp_path: Path, url: str) -> Path:
     return path
 
 
-def test_logprob_columns_are_the_scheduler_s_values(
-    tmp_path: Path, prefect_backend: None
-) -> None:
+def test_logprob_columns_are_the_scheduler_s_values(tmp_path: Path, prefect_backend: None) -> None:
     app = RealAppProcess(tmp_path).wait_ready()
     try:
         run = CliRun(_config(tmp_path, app.url), tmp_path / "run.log")

@@ -24,10 +24,10 @@ import pytest
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.sglang.chat_response import ChatRequest, served_message
 from eagle3_datagen.sglang.client import GenerateResult, _error_message, generate_body
+from eagle3_datagen.sglang.load import parse_loads
 from eagle3_datagen.sglang.logprobs import NO_MASS
 from eagle3_datagen.validate.logprobs import check_logprobs
 from eagle3_datagen.validate.tokens import Verdict
-from eagle3_datagen.sglang.load import parse_loads
 from tests.support import REPO, TOKENIZER_DIR, health_codes, wait_until
 from tests.support.emulator import EmulatorFactory, EmulatorProcess
 
@@ -292,9 +292,7 @@ def read_logprobs(body: dict[str, Any], top_k: int) -> GenerateResult:
     return result
 
 
-@pytest.mark.parametrize(
-    ("name", "fixture"), logprob_cases(), ids=[n for n, _ in logprob_cases()]
-)
+@pytest.mark.parametrize(("name", "fixture"), logprob_cases(), ids=[n for n, _ in logprob_cases()])
 def test_our_client_reads_sglang_s_logprobs(
     emulators: dict[tuple[str, ...], EmulatorProcess], name: str, fixture: dict[str, Any]
 ) -> None:
