@@ -50,11 +50,37 @@ from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.managers.utils import validate_input_length
 from sglang.srt.runtime_context import get_parallel, get_schedule, get_serving
 
+from conformance.fake_logprobs import OutputLogprobs, output_logprobs
 from sglang_emulator.fake_model import FakeModel
 from sglang_emulator.vocab import Vocab
 
 logger = logging.getLogger("conformance.fake_engine")
 
+# BatchStrOutput's per-request fields the fake fills only for logprob requests, and the others
+# it never fills (None: no request in the batch asked; io_struct.py:1728-1830).
+LOGPROB_FIELDS = (
+    "input_token_logprobs_val",
+    "input_token_logprobs_idx",
+    "output_token_logprobs_val",
+    "output_token_logprobs_idx",
+    "input_top_logprobs_val",
+    "input_top_logprobs_idx",
+    "output_top_logprobs_val",
+    "output_top_logprobs_idx",
+    "input_token_ids_logprobs_val",
+    "input_token_ids_logprobs_idx",
+    "output_token_ids_logprobs_val",
+    "output_token_ids_logprobs_idx",
+)
+OTHER_FIELDS = (
+    "output_token_entropy_val",
+    "output_token_sampling_mask",
+    "output_hidden_states",
+    "routed_experts",
+    "indexer_topk",
+    "placeholder_tokens_idx",
+    "placeholder_tokens_val",
+)
 HOLD_TRIGGER = "conformance:hold"
 NAN_TRIGGER = "conformance:nan"
 
@@ -291,65 +317,121 @@ class FakeScheduler:
 
     def _finish(self, req: Any, run: _Running, output_ids: list[int], finish: Any) -> None:
         self.running.pop(run.rid, None)
-        text = self.detokenizer.text(req, output_ids, finish)
-        n = 1
-        out = BatchStrOutput(
+        lp = None
+        if req.return_logprob:
+            lp = output_logprobs(
+                list(req.input_ids),
+                output_ids,
+                req.sampling_params,
+                req.top_logprobs_num,
+                self.tm.model_config.vocab_size,
+            )
+        outs = [
+            self._output(req, chunk, text, output_ids[:end], finish if last else None, lp)
+            for chunk, text, end, last in self._chunks(req, output_ids, finish)
+        ]
+        if not req.rid.startswith("HEALTH_CHECK"):
+            self._log(req, output_ids, finish, lp)
+        self.tm.deliver(*outs)
+
+    def _chunks(
+        self, req: Any, output_ids: list[int], finish: Any
+    ) -> list[tuple[slice, str, int, bool]]:
+        """What the scheduler sends a non-streaming request: with ``return_logprob``, a chunk
+        every SGLANG_FORCE_STREAM_INTERVAL output ids, then the finished one
+        (output_streamer.py:459-481), each with its slice of the output and of its logprobs
+        (output_streamer.py:612-645), which TokenizerManager accumulates
+        (tokenizer_manager.py:3009-3096). Other requests come as the finished chunk alone (the
+        answer is the same; their text is still made chunk by chunk, `SGLangDetokenizer`)."""
+        parts = self.detokenizer.parts(req, output_ids, finish)
+        if not req.return_logprob:
+            return [(slice(0, len(output_ids)), "".join(parts), len(output_ids), True)]
+        ends = chunk_ends(len(output_ids))
+        starts = [0, *ends[:-1]]
+        return [
+            (slice(a, b), text, b, b == ends[-1])
+            for a, b, text in zip(starts, ends, parts, strict=True)
+        ]
+
+    def _output(
+        self,
+        req: Any,
+        chunk: slice,
+        text: str,
+        sent_ids: list[int],
+        finish: Any,
+        lp: OutputLogprobs | None,
+    ) -> BatchStrOutput:
+        """One `BatchStrOutput` for one request, as the detokenizer forwards the scheduler's
+        (detokenizer_manager.py:480-510): the logprob fields are lists (one entry per request)
+        when the batch has a ``return_logprob`` request, else None (output_streamer.py:421-436).
+        ``logprob_start_len`` -1 scores no prompt token: the input fields are empty
+        (logprob_result_processor.py:373-390, output_streamer.py:566-610)."""
+        fields: dict[str, Any] = dict.fromkeys(LOGPROB_FIELDS)
+        if lp is not None:
+            fields.update(
+                input_token_logprobs_val=[[]],
+                input_token_logprobs_idx=[[]],
+                input_top_logprobs_val=[[]],
+                input_top_logprobs_idx=[[]],
+                output_token_logprobs_val=[lp.token_val[chunk]],
+                output_token_logprobs_idx=[lp.token_idx[chunk]],
+                output_top_logprobs_val=[lp.top_val[chunk]],
+                output_top_logprobs_idx=[lp.top_idx[chunk]],
+                input_token_ids_logprobs_val=[[]],
+                input_token_ids_logprobs_idx=[[]],
+                output_token_ids_logprobs_val=[[]],
+                output_token_ids_logprobs_idx=[[]],
+            )
+        return BatchStrOutput(
             rids=[req.rid],
             finished_reasons=[finish],
             output_strs=[text],
-            output_ids=[array("q", output_ids)],
+            output_ids=[array("q", sent_ids[chunk])],
             prompt_tokens=[len(req.input_ids)],
-            completion_tokens=[len(output_ids)],
+            completion_tokens=[len(sent_ids)],
             reasoning_tokens=[0],
             cached_tokens=[0],
             retraction_counts=[0],
-            **{
-                name: None
-                for name in (
-                    "input_token_logprobs_val",
-                    "input_token_logprobs_idx",
-                    "output_token_logprobs_val",
-                    "output_token_logprobs_idx",
-                    "input_top_logprobs_val",
-                    "input_top_logprobs_idx",
-                    "output_top_logprobs_val",
-                    "output_top_logprobs_idx",
-                    "input_token_ids_logprobs_val",
-                    "input_token_ids_logprobs_idx",
-                    "output_token_ids_logprobs_val",
-                    "output_token_ids_logprobs_idx",
-                    "output_token_entropy_val",
-                    "output_token_sampling_mask",
-                    "output_hidden_states",
-                    "routed_experts",
-                    "indexer_topk",
-                    "placeholder_tokens_idx",
-                    "placeholder_tokens_val",
-                )
-            },
+            **fields,
+            **dict.fromkeys(OTHER_FIELDS),
         )
-        assert len(out.rids) == n
-        if not req.rid.startswith("HEALTH_CHECK"):
-            self._log(req, output_ids, finish)
-        self.tm.deliver(out)
 
-    def _log(self, req: Any, output_ids: list[int], finish: Any) -> None:
+    def _log(self, req: Any, output_ids: list[int], finish: Any, lp: OutputLogprobs | None) -> None:
         path = self.settings.log_path
         if path is None:
             return
-        line = json.dumps(
-            {
-                "rid": req.rid,
-                # SGLang's own warm-up sends text; the pipeline sends input_ids.
-                "from_text": bool(req.input_text),
-                "input_ids": list(req.input_ids),
-                "output_ids": output_ids,
-                "finish_reason": finish,
-                "time": time.time(),
+        entry: dict[str, Any] = {
+            "rid": req.rid,
+            # SGLang's own warm-up sends text; the pipeline sends input_ids.
+            "from_text": bool(req.input_text),
+            "input_ids": list(req.input_ids),
+            "output_ids": output_ids,
+            "finish_reason": finish,
+            "time": time.time(),
+        }
+        if lp is not None:  # the scheduler's values, before TokenizerManager shapes them
+            entry["logprobs"] = {
+                "top_logprobs_num": req.top_logprobs_num,
+                "token_val": lp.token_val,
+                "token_idx": lp.token_idx,
+                "top_val": lp.top_val,
+                "top_idx": lp.top_idx,
             }
-        )
+        line = json.dumps(entry)
         with self._log_lock, path.open("a") as f:
             f.write(line + "\n")
+
+
+def chunk_ends(n_output: int) -> list[int]:
+    """Where a non-streaming request's chunks end: every SGLANG_FORCE_STREAM_INTERVAL output
+    ids, then at its end (output_streamer.py:459-481)."""
+    from sglang.srt.managers.scheduler_components.output_streamer import (
+        DEFAULT_FORCE_STREAM_INTERVAL,
+    )
+
+    ends = [k for k in range(1, n_output) if k % DEFAULT_FORCE_STREAM_INTERVAL == 0]
+    return [*ends, n_output]
 
 
 class SGLangDetokenizer:
@@ -374,19 +456,17 @@ class SGLangDetokenizer:
         d.tool_close_token_ids = tool_close_token_ids(get_serving().tool_call_parser, d.tokenizer)
         self.manager = d
 
-    def text(self, req: Any, output_ids: list[int], finish: Any) -> str:
+    def parts(self, req: Any, output_ids: list[int], finish: Any) -> list[str]:
+        """The text of each chunk (`chunk_ends`), as the detokenizer sends them."""
         from sglang.srt.managers.schedule_batch import INIT_INCREMENTAL_DETOKENIZATION_OFFSET
-        from sglang.srt.managers.scheduler_components.output_streamer import (
-            DEFAULT_FORCE_STREAM_INTERVAL,
-        )
 
         sp = req.sampling_params
         prompt = list(req.input_ids)
         read_offset = len(prompt)
         surr_offset = max(read_offset - INIT_INCREMENTAL_DETOKENIZATION_OFFSET, 0)
-        ends = [k for k in range(1, len(output_ids)) if k % DEFAULT_FORCE_STREAM_INTERVAL == 0]
-        parts, sent = [], 0
-        for k in [*ends, len(output_ids)]:
+        parts: list[str] = []
+        sent = 0
+        for k in chunk_ends(len(output_ids)):
             decode_ids = (prompt[surr_offset:] + output_ids[:k])[sent:]
             sent = len(prompt) - surr_offset + k
             batch = SimpleNamespace(
@@ -400,7 +480,7 @@ class SGLangDetokenizer:
                 spaces_between_special_tokens=[sp.spaces_between_special_tokens],
             )
             parts += self.manager._decode_batch_token_id_output(batch)
-        return "".join(parts)
+        return parts
 
 
 class FakeTokenizerManager(TokenizerManager):
@@ -459,12 +539,17 @@ class FakeTokenizerManager(TokenizerManager):
         if isinstance(obj, AbortReq):
             self.scheduler.abort(obj.rid, obj.abort_all)
 
-    def deliver(self, out: BatchStrOutput) -> None:
-        """What `handle_loop` does with one detokenizer message (tokenizer_manager.py:2465)."""
+    def deliver(self, *outs: BatchStrOutput) -> None:
+        """What `handle_loop` does with detokenizer messages, one after another
+        (tokenizer_manager.py:2465)."""
         from sglang.srt.managers.tokenizer_manager import real_time
 
-        self.last_receive_tstamp = real_time()
-        asyncio.get_running_loop().create_task(self._handle_batch_output(out))
+        async def handle() -> None:
+            for out in outs:
+                self.last_receive_tstamp = real_time()
+                await self._handle_batch_output(out)
+
+        asyncio.get_running_loop().create_task(handle())
 
     async def get_internal_state(self) -> list[dict[str, Any]]:
         return [self.scheduler.internal_state()]

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from conformance.process import ASSETS, REPO, RealAppProcess, model_dir
+from conformance.record_logprobs import record_logprobs
 
 KEY = "conformance-recording-key"
 PLACEHOLDER = "<api-key>"
@@ -163,6 +164,7 @@ def record_main_app(rec: Recorder) -> None:
         _record_auth(rec, app)
         _record_accepted_and_info(rec, app)
         record_regeneration(rec, app)
+        record_logprobs(rec, app, _auth())
 
 
 def _record_generations(rec: Recorder, app: RealAppProcess) -> None:
@@ -576,7 +578,23 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="conformance.record", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "sglang-0.5.23")
     p.add_argument("--flags-out", type=Path, default=FLAG_TABLE)
+    p.add_argument(
+        "--only",
+        choices=["logprobs"],
+        help="record only these cases (the logprobs requests; conformance/record_logprobs.py)",
+    )
     args = p.parse_args(argv)
+    if args.only == "logprobs":
+        args.out.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="conformance-record-"))
+        rec = Recorder(args.out, work)
+        try:
+            with RealAppProcess(work, *MAIN_FLAGS) as app:
+                record_logprobs(rec, app, _auth())
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(f"wrote {', '.join(rec.written)} to {args.out}")
+        return 0
     print(f"{write_flag_table(args.flags_out)} SGLang flags written to {args.flags_out}")
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="conformance-record-"))

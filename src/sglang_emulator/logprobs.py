@@ -6,6 +6,8 @@ The tokens are drawn as before; only the distribution around each is invented. P
 probabilities fall geometrically from the top (the rest of the vocabulary holds what they leave),
 the sampled token sits at rank 0 mostly, lower sometimes, past the top-K now and then (always
 rank 0 when greedy), and its logprob is its rank's, so it equals its top-K entry when there.
+Sampled rows are now and then peaked: past their first one or two ranks the top-K holds
+``NO_MASS`` entries, as SGLang 0.5.23 sends them (tests/fixtures/sglang-0.5.23/generate_logprobs_*).
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 Triple = list[Any]  # [logprob, token_id, text | None], as SGLang's tuples serialize
+# A top-K entry of probability 0: SGLang clamps -inf to float32's lowest value
+# (layers/logprob_processor.py:926), so it is sent as this number, never as null.
+NO_MASS = -3.4028234663852886e38
 
 
-def _ranks(rng: random.Random, k: int, greedy: bool) -> tuple[list[float], int]:
-    """Probabilities of ranks 0..k (k + 1 of them) and the sampled token's rank."""
+def _ranks(rng: random.Random, k: int, greedy: bool) -> tuple[list[float], int, int]:
+    """Probabilities of ranks 0..k (k + 1 of them), the sampled token's rank and how many ranks
+    hold any mass (the rest underflowed to 0: SGLang clamps their -inf to ``NO_MASS``)."""
     ratio = rng.uniform(0.05, 0.7)
     mass = rng.uniform(0.5, 0.99)  # the geometric series' total; the rest is the tail
     first = (1.0 - ratio) * mass
@@ -33,7 +39,13 @@ def _ranks(rng: random.Random, k: int, greedy: bool) -> tuple[list[float], int]:
         rank = 1
     else:
         rank = rng.randint(1, k)
-    return probs, rank
+    live = k + 1
+    # Sampling takes log(softmax(logits / T)) (layers/sampler.py), which is -inf where a
+    # probability underflowed: a peaked row. Greedy takes log_softmax, finite everywhere.
+    if not greedy and rng.random() < 0.1:
+        live = rng.randint(1, 2)
+        rank = min(rank, live - 1)
+    return probs, rank, live
 
 
 def fake_logprobs(
@@ -51,8 +63,9 @@ def fake_logprobs(
     sampled: list[float] = []
     rows: list[list[tuple[float, int]]] = []
     for token in output_ids:
-        probs, rank = _ranks(rng, max(top_k, 1), greedy)
+        probs, rank, live = _ranks(rng, max(top_k, 1), greedy)
         lps = array("f", [math.log(p) for p in probs]).tolist()  # float32, as SGLang's tensors
+        lps[live:] = [NO_MASS] * (len(lps) - live)
         sampled.append(lps[rank])
         if top_k > 0:
             others = iter(_others(rng, token, top_k, vocab_size))

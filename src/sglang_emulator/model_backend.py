@@ -203,16 +203,24 @@ Scored = tuple[float, list[tuple[float, int]]]  # (the token's logprob, top-K (l
 class Scorer:
     """SGLang's logprobs of each output token (``layers/sampler.py``, docs/sglang-api.md §2a):
     ``log_softmax(logits)`` when greedy, else ``log(softmax(logits / temperature))``, before
-    top-k/top-p truncation, in float32; the top-K of that same row, highest first."""
+    top-k/top-p truncation, in float32, clamped to float32's lowest value (a probability that
+    underflowed: ``layers/logprob_processor.py:926``); the top-K of that same row, highest
+    first."""
 
     def __init__(self, s: Sampling, top_k: int) -> None:
+        self.greedy = s.greedy
         self.temperature = 1.0 if s.greedy else max(s.temperature, 1e-6)
         self.top_k = top_k
         self.rows: list[Scored] = []
 
     def add(self, logits: torch.Tensor, tokens: list[int]) -> None:
         """Score ``tokens``, each drawn from the matching row of ``logits``."""
-        lp = torch.log_softmax(logits[: len(tokens)].float() / self.temperature, dim=-1)
+        rows = logits[: len(tokens)].float() / self.temperature
+        if self.greedy:
+            lp = torch.log_softmax(rows, dim=-1)
+        else:
+            lp = torch.log(torch.softmax(rows, dim=-1))
+        lp = lp.clamp(min=torch.finfo(lp.dtype).min)
         k = min(self.top_k, lp.shape[-1])
         values, ids = torch.topk(lp, k, dim=-1) if k > 0 else (lp[:, :0], lp[:, :0].long())
         for i, token in enumerate(tokens):

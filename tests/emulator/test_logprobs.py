@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from sglang_emulator.logprobs import NO_MASS
 from tests.support.emulator import EmulatorProcess
 
 SP = {"max_new_tokens": 48, "sampling_seed": 3, "temperature": 0.8}
@@ -45,10 +46,13 @@ def test_the_logprob_fields_come_in_sglang_s_shapes(
         assert values == sorted(values, reverse=True)
         top_ids = [t[1] for t in row]
         assert len(set(top_ids)) == 4
+        assert values[0] > NO_MASS and lp > NO_MASS  # the sampled token had mass
         if token in top_ids:
             assert values[top_ids.index(token)] == lp
         else:
             assert lp <= values[-1]
+    # Some rows are peaked, their zero-probability entries clamped as SGLang sends them.
+    assert any(t[0] == NO_MASS for row in meta["output_top_logprobs"] for t in row)
     # The same request again: the same numbers. Without logprobs: the same tokens.
     again = _ask(emu, prompt, return_logprob=True, top_logprobs_num=4)["meta_info"]
     assert again["output_top_logprobs"] == meta["output_top_logprobs"]
@@ -74,6 +78,7 @@ def test_greedy_samples_the_top_token(emu: EmulatorProcess, prompt: list[int]) -
         meta["output_token_logprobs"], meta["output_top_logprobs"], strict=True
     ):
         assert row[0][1] == token
+        assert all(t[0] > NO_MASS for t in row)  # log_softmax: never -inf, nothing clamped
 
 
 def test_prompt_logprobs_are_refused(emu: EmulatorProcess, prompt: list[int]) -> None:

@@ -23,8 +23,11 @@ import pytest
 
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.sglang.chat_response import ChatRequest, served_message
-from eagle3_datagen.sglang.client import _error_message
+from eagle3_datagen.sglang.client import GenerateResult, _error_message, generate_body
 from eagle3_datagen.sglang.load import parse_loads
+from eagle3_datagen.sglang.logprobs import NO_MASS
+from eagle3_datagen.validate.logprobs import check_logprobs
+from eagle3_datagen.validate.tokens import Verdict
 from tests.support import REPO, TOKENIZER_DIR, health_codes, wait_until
 from tests.support.emulator import EmulatorFactory, EmulatorProcess
 
@@ -256,6 +259,71 @@ def test_http_answer_agrees(
         assert our_calls(kimi, sglang, body["output_ids"]) == calls_of(sglang["message"])
 
 
+def logprob_cases() -> list[tuple[str, dict[str, Any]]]:
+    return [(n, f) for n, f in load("http") if f["request"].get("body", {}).get("return_logprob")]
+
+
+def read_logprobs(body: dict[str, Any], top_k: int) -> GenerateResult:
+    """An answer as our client reads it, its logprobs checked as the pipeline checks them."""
+    result = GenerateResult.from_json(body, top_k)
+    n = len(result.output_ids)
+    assert result.output_logprobs is not None and len(result.output_logprobs) == n
+    assert result.logprob_ids == result.output_ids  # scored on the output's own ids
+    assert all(v is not None and NO_MASS < v <= 0.0 for v in result.output_logprobs)
+    if top_k == 0:
+        assert result.top_logprob_ids is None and result.top_logprobs is None
+    else:
+        assert result.top_logprob_ids is not None and result.top_logprobs is not None
+        assert len(result.top_logprob_ids) == len(result.top_logprobs) == n
+        for ids, lps in zip(result.top_logprob_ids, result.top_logprobs, strict=True):
+            assert 1 <= len(ids) == len(lps) <= top_k and len(set(ids)) == len(ids)
+            assert lps == sorted(lps, reverse=True) and lps[-1] > NO_MASS
+    verdict = Verdict()
+    check_logprobs(
+        result.output_ids,
+        result.output_logprobs,
+        verdict,
+        scored_ids=result.logprob_ids,
+        top_ids=result.top_logprob_ids,
+        top_logprobs=result.top_logprobs,
+        top_k=top_k,
+    )
+    assert verdict.accepted, verdict.reason_text
+    return result
+
+
+@pytest.mark.parametrize(("name", "fixture"), logprob_cases(), ids=[n for n, _ in logprob_cases()])
+def test_our_client_reads_sglang_s_logprobs(
+    emulators: dict[tuple[str, ...], EmulatorProcess], name: str, fixture: dict[str, Any]
+) -> None:
+    """The recorded request is what our client sends for a ``logprobs: {top_k: K}`` partition,
+    and our parser reads SGLang's real answer to it (and the emulator's) as the pipeline
+    needs: a logprob per output id, on those ids, top-K rows highest first."""
+    body = fixture["request"]["body"]
+    top_k = body["top_logprobs_num"]
+    assert body == generate_body(
+        body["input_ids"], body["sampling_params"], body["rid"], None, top_k
+    )
+    real = fixture["response"]["body"]
+    meta = real["meta_info"]
+    assert meta["input_token_logprobs"] == [] and meta.get("input_top_logprobs", []) == []
+    assert meta["output_token_logprobs_length"] == len(real["output_ids"])
+    got = read_logprobs(real, top_k)
+    if top_k > 0:  # SGLang sends K entries a row; its zero-probability ones clamped
+        rows = meta["output_top_logprobs"]
+        assert all(len(row) == top_k for row in rows)
+        clamped = sum(t[0] == NO_MASS for row in rows for t in row)
+        assert sum(top_k - len(ids) for ids in got.top_logprob_ids or []) == clamped
+        assert all(t[0] is not None for row in rows for t in row)  # never null
+        if body["sampling_params"]["temperature"] == 0.0:  # greedy: the top token, no clamp
+            assert [row[0][1] for row in rows] == real["output_ids"] and clamped == 0
+    emu = emulators[replay_flags(name, fixture)]
+    answer = send(emu.url, substitute(fixture["request"])).json()
+    read_logprobs(answer, top_k)
+    if top_k > 0:
+        assert all(len(row) == top_k for row in answer["meta_info"]["output_top_logprobs"])
+
+
 def test_health_during_startup_agrees(emu_factory: EmulatorFactory) -> None:
     [(_, fixture)] = load("health_startup")
     flags = list(fixture["launch_args"])
@@ -321,5 +389,9 @@ def test_every_case_our_client_depends_on_is_recorded() -> None:
         "generate_all_turns_after_follow_up",
         "generate_sample_0_turn_0",
         "generate_sample_2_turn_0",
+        # logprobs: {top_k: K} (sglang/logprobs.py)
+        "generate_logprobs_top3_stop",
+        "generate_logprobs_top3_greedy_length",
+        "generate_logprobs_top0_stop",
     ):
         assert needed in names

@@ -181,3 +181,18 @@ def test_sampled_logprobs_are_temperature_scaled(target: TransformersTarget) -> 
         assert [t for _, t in top] == want.indices.tolist()
         assert dict((t, v) for v, t in top).get(out[i], lp) == lp
     assert torch.logsumexp(ref[0], 0) == pytest.approx(0.0, abs=1e-5)  # a distribution
+
+
+def test_an_underflowed_probability_is_clamped_as_sglang_sends_it() -> None:
+    """Sampling takes log(softmax(logits / T)): a probability that underflowed is -inf there,
+    and SGLang clamps it to float32's lowest value (layers/logprob_processor.py:926); greedy
+    takes log_softmax, finite everywhere (both recorded from SGLang's own code in
+    tests/fixtures/sglang-0.5.23/generate_logprobs_*.json)."""
+    logits = torch.tensor([[10.0, 9.0, -200.0, -300.0]])
+    sampled = Scorer(Sampling(temperature=1.0, max_new_tokens=1), 4)
+    sampled.add(logits, [0])
+    lowest = torch.finfo(torch.float32).min
+    assert [v for v, _ in sampled.rows[0][1]][2:] == [lowest, lowest]
+    greedy = Scorer(GREEDY, 4)
+    greedy.add(logits, [0])
+    assert all(lowest < v for v, _ in greedy.rows[0][1])

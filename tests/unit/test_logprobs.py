@@ -23,7 +23,9 @@ from eagle3_datagen.validate.tokens import Verdict
 def _answer(**meta: Any) -> dict[str, Any]:
     """A /generate body as SGLang 0.5.23 writes it with return_logprob and top_logprobs_num=2:
     tokenizer_manager.py's add_logprob_to_meta_info puts the (logprob, id, text) tuples after
-    num_retractions; orjson writes tuples as arrays and -inf as null."""
+    num_retractions; orjson writes tuples as arrays. A probability that underflowed to 0 comes
+    clamped to float32's lowest value (layers/logprob_processor.py:926; recorded from SGLang's
+    own code in tests/fixtures/sglang-0.5.23/generate_logprobs_top3_stop.json)."""
     return {
         "text": "ab",
         "output_ids": [11, 12, 2],
@@ -40,7 +42,7 @@ def _answer(**meta: Any) -> dict[str, Any]:
             "output_top_logprobs": [
                 [[-0.25, 11, None], [-1.75, 40, None]],
                 [[-0.5, 41, None], [-1.5, 12, None]],
-                [[-0.01, 2, None], [None, 43, None]],  # a probability that underflowed
+                [[-0.01, 2, None], [-3.4028234663852886e38, 43, None]],  # underflowed to 0
             ],
             "completion_tokens": 3,
             "cached_tokens": 0,
@@ -62,10 +64,18 @@ def test_an_sglang_answer_is_parsed_as_sent() -> None:
     result = GenerateResult.from_json(_answer(), top_k=2)
     assert result.output_logprobs == [-0.25, -1.5, -0.01]
     assert result.logprob_ids == [11, 12, 2]
-    assert result.top_logprob_ids == [[11, 40], [41, 12], [2]]  # the null entry dropped
+    assert result.top_logprob_ids == [[11, 40], [41, 12], [2]]  # the clamped entry dropped
     assert result.top_logprobs == [[-0.25, -1.75], [-0.5, -1.5], [-0.01]]
     plain = GenerateResult.from_json(_answer())  # not asked: nothing parsed
     assert plain.output_logprobs is None and plain.top_logprobs is None
+
+
+def test_a_null_top_k_entry_is_dropped_too() -> None:
+    """orjson writes a NaN logprob as null: no usable mass either."""
+    answer = _answer()
+    answer["meta_info"]["output_top_logprobs"][1][1][0] = None
+    result = GenerateResult.from_json(answer, top_k=2)
+    assert result.top_logprob_ids == [[11, 40], [41], [2]]
 
 
 def test_top_k_zero_reads_only_the_sampled_token_s_logprob() -> None:

@@ -65,11 +65,11 @@ class GenerateResult:
     spec: dict[str, Any] | None = None
     # Asked for with ``logprobs`` (sglang/logprobs.py), as sent: the sampled token's logprob
     # and the id SGLang scored per output token; with top_k > 0 the alternatives, highest first.
-    # None when not asked. A null logprob is SGLang's JSON for -inf or NaN.
+    # None when not asked. A null logprob is SGLang's JSON for NaN.
     output_logprobs: list[float | None] | None = None
     logprob_ids: list[int] | None = None
     top_logprob_ids: list[list[int]] | None = None
-    top_logprobs: list[list[float]] | None = None  # null entries (-inf) dropped
+    top_logprobs: list[list[float]] | None = None  # entries of no mass dropped (logprobs.py)
 
     @classmethod
     def from_json(cls, item: dict[str, Any], top_k: int | None = None) -> GenerateResult:
@@ -104,6 +104,27 @@ class GenerateResult:
             return result
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
             raise RetryableRequestError(f"malformed /generate response: {err!r}") from None
+
+
+def generate_body(
+    input_ids: list[int],
+    sampling_params: dict[str, Any],
+    rid: str,
+    image_data: list[str] | None = None,
+    top_logprobs: int | None = None,
+) -> dict[str, Any]:
+    """The ``/generate`` body of one prompt (its recorded answers from SGLang's own code are
+    tests/fixtures/sglang-0.5.23/generate_*.json)."""
+    payload: dict[str, Any] = {
+        "input_ids": input_ids,
+        "sampling_params": sampling_params,
+        "rid": rid,
+    }
+    if image_data:
+        payload["image_data"] = image_data
+    if top_logprobs is not None:
+        payload.update(request_fields(top_logprobs))
+    return payload
 
 
 def request_id(run_id: str, partition: str, line: int | str, attempt: int) -> str:
@@ -288,15 +309,7 @@ class SGLangClient(ClosedOnExit):
         """Send one prompt as token ids (its images, if any, in ``image_data`` in placeholder
         order); return the raw output ids and finish reason. ``top_logprobs``: ask for the
         output logprobs with that many alternatives per token (None: none)."""
-        payload: dict[str, Any] = {
-            "input_ids": input_ids,
-            "sampling_params": sampling_params,
-            "rid": rid,
-        }
-        if image_data:
-            payload["image_data"] = image_data
-        if top_logprobs is not None:
-            payload.update(request_fields(top_logprobs))
+        payload = generate_body(input_ids, sampling_params, rid, image_data, top_logprobs)
         status, body = await self._post_generate(orjson.dumps(payload))
         raise_for_generate_status(status, body)
         try:

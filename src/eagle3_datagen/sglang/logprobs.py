@@ -5,9 +5,12 @@ ask for it, and the ``meta_info`` fields SGLang 0.5.23 answers with (docs/sglang
 With ``return_logprob`` SGLang's ``TokenizerManager.add_logprob_to_meta_info``
 (managers/tokenizer_manager.py) sends ``output_token_logprobs``: one ``[logprob, token_id,
 text|null]`` per output token, and with ``top_logprobs_num`` K > 0 ``output_top_logprobs``: per
-output token a list of K such triples, highest first (``null`` for a position with none). The
-body is written by orjson (utils/json_response.py), which writes -inf and NaN as ``null``: a
-top-K entry whose probability underflowed to 0 arrives as ``[null, id, null]``.
+output token a list of K such triples, highest first (``null`` for a position with none).
+A top-K entry whose probability underflowed to 0 does not arrive as -inf: SGLang clamps the
+logprobs to float32's lowest value first (layers/logprob_processor.py:926,
+``OutputLogprobProcessor.compute_logprobs``), so it is ``[-3.4028234663852886e+38, id, null]``,
+its id one of many tied ones (proven on SGLang's own code, docs/sglang-conformance.md). The
+body is written by orjson (utils/json_response.py), which writes NaN as ``null``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+
+# float32's lowest value: SGLang's clamp of -inf, a probability that underflowed to 0.
+NO_MASS = -3.4028234663852886e38
 
 
 def request_fields(top_k: int) -> dict[str, Any]:
@@ -49,8 +55,8 @@ def parse_logprobs(meta: dict[str, Any], top_k: int) -> TokenLogprobs:
     top_ids: list[list[int]] = []
     top_values: list[list[float]] = []
     for row in meta["output_top_logprobs"]:
-        # A null logprob is a probability that underflowed to 0: no mass, dropped.
-        kept = [t for t in row or () if t[0] is not None]
+        # No mass (clamped -inf, or a NaN written as null): dropped, its id is arbitrary.
+        kept = [t for t in row or () if t[0] is not None and t[0] > NO_MASS]
         top_ids.append([int(t[1]) for t in kept])
         top_values.append([float(t[0]) for t in kept])
     return TokenLogprobs(logprobs, token_ids, top_ids, top_values)
