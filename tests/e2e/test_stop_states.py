@@ -28,8 +28,18 @@ from tests.support.prefect import PrefectServer
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 # Short-tier answers (~20 tokens) come at once; long-tier ones (~3000 tokens at 5 ms each)
-# take 15 s and more: demo_short and demo_images finish while demo_long still generates.
-SLOW_LONG = ["--emu-decode-ms-per-token", "5", "--emu-output-by-max-new", "16384:3000,10240:20"]
+# take 15 s and more: demo_short and demo_images finish while demo_long still generates. A KV
+# pool that holds every request's reservation at once: with the default (4 x the context
+# length) demo_long's requests, if admitted first, take the room demo_short's need until they
+# finish (sglang/budget.py), and the stop would land on a run where nothing had finished.
+SLOW_LONG = [
+    "--emu-decode-ms-per-token",
+    "5",
+    "--emu-output-by-max-new",
+    "16384:3000,10240:20",
+    "--emu-max-total-tokens",
+    "4000000",
+]
 NOT_SAID = ("ERROR", "Traceback", "Unclosed client session", "Crash detected", "server lost")
 
 

@@ -230,7 +230,12 @@ def running_prefect_server(database_url: str | None = None) -> Iterator[PrefectS
     if database_url is not None:
         server_env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
     api = f"http://127.0.0.1:{port}/api"
-    client_env = dict(env, PREFECT_API_URL=api, PREFECT_WORKER_QUERY_SECONDS="1")
+    # More retries than Prefect's 5 for the 503s a SQLite server answers while its database
+    # is locked: on a loaded 2-core CI machine a burst outlasted them (a real deployment's
+    # server is on Postgres: docs/scaling.md).
+    client_env = dict(
+        env, PREFECT_API_URL=api, PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_CLIENT_MAX_RETRIES="10"
+    )
     srv = PrefectServer(api=api, env=client_env, home=home, port=port, server_env=server_env)
     try:
         srv.start_server()
