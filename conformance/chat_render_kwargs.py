@@ -45,7 +45,7 @@ MODEL_KWARGS: dict[str, Any] = {"thinking": False, "tools_ts_str": "[model-level
 KWARGS_OUT = OUT / "kwargs"
 
 # (mode, own kwargs) of the lines each conversation is sent as, per server.
-LINES = [
+LINES: list[tuple[str | None, dict[str, Any]]] = [
     ("thinking", {}),
     ("instant", {}),
     (None, {"thinking": True}),
@@ -53,7 +53,7 @@ LINES = [
     ("instant", {"thinking": True}),
     ("thinking", {"thinking": False}),
 ]
-MODEL_LINES = [
+MODEL_LINES: list[tuple[str | None, dict[str, Any]]] = [
     (None, {}),
     ("thinking", {}),
     ("instant", {}),

@@ -68,10 +68,17 @@ def test_each_line_renders_with_its_mode_and_kwargs_as_sglang_built_it(asset: st
     # Explicit thinking true and false, from a mode and from the line, with and without tools,
     # over histories with earlier reasoning; and under model-level kwargs.
     for value in (True, False):
-        these = [c for c in accepted if c["request"].get("chat_template_kwargs", {}).get("thinking") is value]
+        these = [
+            c
+            for c in accepted
+            if c["request"].get("chat_template_kwargs", {}).get("thinking") is value
+        ]
         assert sum(bool(c["request"].get("tools")) for c in these) >= 8, value
         assert sum(not c["request"].get("tools") for c in these) >= 4, value
-        assert sum(any(m.get("reasoning_content") for m in c["request"]["messages"]) for c in these) >= 8
+        assert (
+            sum(any(m.get("reasoning_content") for m in c["request"]["messages"]) for c in these)
+            >= 8
+        )
     assert sum(c["default_chat_template_kwargs"] is not None for c in accepted) >= 10
     wrong = [c["name"] for c in accepted if render_line(asset, c) != c["prompt_ids"]]
     assert not wrong, f"{len(wrong)} of {len(accepted)} differ from SGLang: {wrong[:10]}"
@@ -119,8 +126,8 @@ def test_the_plan_stops_on_exactly_the_kwargs_sglang_refuses(asset: str, tmp_pat
             stopped = True
         if stopped != (case["status"] != 200):
             disagree.append(f"{case['name']}: SGLang {case['status']}, we stopped: {stopped}")
-        if case["status"] != 200:
-            assert isinstance(render_line(asset, case), RenderError), case["name"]
+        if case["status"] != 200 and not isinstance(render_line(asset, case), RenderError):
+            disagree.append(f"{case['name']}: SGLang {case['status']}, we rendered the line")
     assert not disagree, disagree
 
 
