@@ -60,7 +60,8 @@ MODEL_LINES: list[tuple[str | None, dict[str, Any]]] = [
     (None, {"thinking": True, "tools_ts_str": "[line tools]"}),
     ("instant", {"tools_ts_str": "[line tools]"}),
 ]
-# Own kwargs of a line that SGLang's chat path may refuse (a plain chat, mode or not).
+# Own kwargs of a line that SGLang's chat path may refuse (a plain chat, mode or not): keys
+# it passes by name, a request's own template, arguments transformers reads, odd values.
 REFUSAL_CANDIDATES: list[tuple[str | None, dict[str, Any]]] = [
     (None, {"add_generation_prompt": False}),
     ("instant", {"add_generation_prompt": True}),
@@ -122,7 +123,7 @@ def kwargs_corpus(seed: int = SEED) -> list[dict[str, Any]]:
             cases.append(_line(f"model_{conv}_{j}", request, mode, own, MODEL_KWARGS))
     plain = {"messages": [{"role": "user", "content": "Hi"}]}
     for j, (mode, own) in enumerate(REFUSAL_CANDIDATES):
-        cases.append(_line(f"refusal_{j:02d}_{'_'.join(own)}", plain, mode, own, None))
+        cases.append(_line(f"kwargs_set_{j:02d}_{'_'.join(own)}", plain, mode, own, None))
     return cases
 
 
