@@ -44,3 +44,16 @@ def test_the_first_refused_set_is_named() -> None:
         InputFileError, match=re.escape("in.jsonl:7: mode 'odd' chat_template_kwargs")
     ):
         check_kwargs(tok, "in.jsonl", modes, {"thinking": 1.0}, lines)
+
+
+def test_a_lines_template_and_return_dict_are_refused_as_sglang_refuses_them() -> None:
+    """SGLang 0.5.23 answers 400 to a request's own ``chat_template`` and 500 to
+    ``return_dict`` (it passes it by name); recorded in tests/unit/test_sglang_chat_kwargs.py."""
+    tok = ChatTokenizer(str(TOKENIZER_DIR))
+    reason = refusal(tok, {"chat_template": "{{ 'x' }}"})
+    assert reason is not None and "Request-supplied chat_template is not allowed" in reason
+    for value in (True, False):
+        reason = refusal(tok, {"return_dict": value})
+        assert reason is not None and "return_dict" in reason
+    with pytest.raises(InputFileError, match=r"^in\.jsonl:4: mode 'instant' chat_template_kwargs"):
+        check_kwargs(tok, "in.jsonl", MODES, None, {"a": (4, "instant", {"return_dict": True})})

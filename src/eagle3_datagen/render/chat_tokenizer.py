@@ -34,6 +34,13 @@ from eagle3_datagen.render.sglang_chat import RENDER_REFERENCES, RenderReference
 
 log = logging.getLogger(__name__)
 
+# SGLang 0.5.23 refuses a request's own template unless launched to trust it
+# (serving_chat.py:1108-1116, 400); the server's default kwargs may hold one.
+REQUEST_TEMPLATE_REFUSED = (
+    "Request-supplied chat_template is not allowed. Start the server with "
+    "--trust-request-chat-template to permit it."
+)
+
 
 @dataclass(slots=True)
 class RenderError:
@@ -115,6 +122,8 @@ class ChatTokenizer:
     def render_text(self, prompt: Prompt) -> str:
         """The prompt's text: the template over the data (``template``) or over the request as
         SGLang's chat path hands it to the template (``sglang_chat``)."""
+        if "chat_template" in prompt.kwargs:  # the line's or its mode's, as a request's
+            raise SglangChatError(REQUEST_TEMPLATE_REFUSED)
         if self.reference == "template":
             return self._apply_template(prompt.messages, prompt.tools, prompt.kwargs)
         template = self._template_text()
@@ -155,13 +164,15 @@ class ChatTokenizer:
         tools: list[dict[str, Any]] | None,
         line_kwargs: dict[str, Any],
     ) -> str:
-        # As SGLang's chat path: **request.chat_template_kwargs beside the named arguments, so a
-        # line that repeats one (tools, add_generation_prompt) fails as SGLang's request would.
+        # As SGLang's chat path (serving_chat.py:2323-2330): **request.chat_template_kwargs
+        # beside the named arguments, so a line that repeats one (tools, add_generation_prompt,
+        # tokenize, return_dict) fails as SGLang's request would.
         text = self.tok.apply_chat_template(
             messages,
             tools=tools,
             add_generation_prompt=True,
             tokenize=False,
+            return_dict=False,
             **{**self.chat_template_kwargs, **line_kwargs},
         )
         return str(text)
