@@ -29,6 +29,7 @@ import argparse
 import json
 import random
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -323,20 +324,31 @@ def record_asset(asset: str, work: Path) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="conformance.chat_render")
-    p.add_argument("--out", type=Path, default=OUT)
+def record_main(
+    argv: list[str] | None,
+    prog: str,
+    out: Path,
+    record: Callable[[str, Path], dict[str, Any]],
+) -> int:
+    """A recorder's command line: ``record`` each asset (or those named by ``--asset``) into
+    ``--out``/ASSET.json, and say how many requests SGLang refused."""
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("--out", type=Path, default=out)
     p.add_argument("--asset", action="append", choices=ASSETS)
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="chat-render-") as tmp:
         for asset in args.asset or ASSETS:
-            recording = record_asset(asset, Path(tmp))
+            recording = record(asset, Path(tmp))
             path = args.out / f"{asset}.json"
             path.write_text(json.dumps(recording, ensure_ascii=False, indent=1) + "\n")
             refused = sum(c["status"] != 200 for c in recording["cases"])
             print(f"{path}: {len(recording['cases'])} requests ({refused} refused)")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return record_main(argv, "conformance.chat_render", OUT, record_asset)
 
 
 if __name__ == "__main__":

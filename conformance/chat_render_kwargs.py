@@ -26,16 +26,14 @@ line's) and SGLang's answer: prompt ids, or status and message. Replayed in CI b
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from conformance.chat_render import ASSETS, FLAGS, OUT, _conversation, ask
+from conformance.chat_render import FLAGS, OUT, _conversation, ask, record_main
 from conformance.process import RealAppProcess, model_dir
 
 SEED = 23
@@ -151,19 +149,7 @@ def record_asset(asset: str, work: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="conformance.chat_render_kwargs")
-    p.add_argument("--out", type=Path, default=KWARGS_OUT)
-    p.add_argument("--asset", action="append", choices=ASSETS)
-    args = p.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="chat-kwargs-") as tmp:
-        for asset in args.asset or ASSETS:
-            recording = record_asset(asset, Path(tmp))
-            path = args.out / f"{asset}.json"
-            path.write_text(json.dumps(recording, ensure_ascii=False, indent=1) + "\n")
-            refused = sum(c["status"] != 200 for c in recording["cases"])
-            print(f"{path}: {len(recording['cases'])} requests ({refused} refused)")
-    return 0
+    return record_main(argv, "conformance.chat_render_kwargs", KWARGS_OUT, record_asset)
 
 
 if __name__ == "__main__":
