@@ -120,3 +120,14 @@ def _others(rng: random.Random, token: int, k: int, vocab_size: int) -> list[int
             chosen.add(tid)
             out.append(tid)
     return out
+
+
+def with_logprob_fields(meta: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` with the logprob fields after ``num_retractions``, where SGLang 0.5.23's
+    ``meta_info`` carries them (key order as the recorded fixtures hold it)."""
+    out: dict[str, Any] = {}
+    for key, value in meta.items():
+        out[key] = value
+        if key == "num_retractions":
+            out.update(fields)
+    return out

@@ -24,7 +24,7 @@ import torch
 
 from sglang_emulator import info
 from sglang_emulator.args import EmulatorArgs
-from sglang_emulator.logprobs import real_logprobs
+from sglang_emulator.logprobs import real_logprobs, with_logprob_fields
 from sglang_emulator.protocol import ABORTED, Item, Result, run_item, truncate
 from sglang_emulator.sampling import Sampling
 from sglang_emulator.server import Emulator, _json, log
@@ -422,12 +422,7 @@ class ModelEmulator(Emulator):
             return super()._with_logprobs(meta, item, output_ids)
         text = (lambda t: self.vocab.decode([t], False)) if item.logprob_text else None
         fields = real_logprobs(output_ids, rows[: len(output_ids)], item.top_logprobs or 0, text)
-        out: dict[str, Any] = {}
-        for key, value in meta.items():
-            out[key] = value
-            if key == "num_retractions":
-                out.update(fields)
-        return out
+        return with_logprob_fields(meta, fields)
 
     async def server_info(self, request: Any) -> Any:
         payload = info.server_info(self)

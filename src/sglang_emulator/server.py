@@ -34,7 +34,7 @@ from sglang_emulator.faults import FaultInjector, FaultKind, FaultRates, is_exem
 from sglang_emulator.images import KimiImages
 from sglang_emulator.latency import LatencyModel, SlotPool, Stats
 from sglang_emulator.ledger import Ledger
-from sglang_emulator.logprobs import fake_logprobs
+from sglang_emulator.logprobs import fake_logprobs, with_logprob_fields
 from sglang_emulator.metrics import Observed, load_catalogue, loads_json, prometheus_text
 from sglang_emulator.physics import PROFILES
 from sglang_emulator.protocol import (
@@ -394,12 +394,7 @@ class Emulator:
             greedy=item.sampling.greedy,
             text=(lambda t: vocab.decode([t], False)) if item.logprob_text else None,
         )
-        out: dict[str, Any] = {}
-        for key, value in meta.items():
-            out[key] = value
-            if key == "num_retractions":
-                out.update(fields)
-        return out
+        return with_logprob_fields(meta, fields)
 
     async def _take_slot(self) -> None:
         """Wait for a decode slot (503 when ``--max-queued-requests`` are already waiting)."""
