@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One EAGLE-3 draft from one speculators export, with speculators' own code on CPU (the harness's
 # path: prepare-data per file, join train-first, hidden states of the target, speculators_cpu.py).
-#   trainers/lab/train_draft.sh TARGET EXPORT_DIR OUT_DIR STEPS
+#   trainers/lab/train_draft.sh TARGET EXPORT_DIR OUT_DIR STEPS   (SEED: the trainer's --seed, 0)
+# SEED sets speculators' seed: the draft's initialisation and the order of its packed batches.
 # The budget is a number of optimizer steps (--max-steps, and the LR schedule spans exactly
 # that many), so drafts trained on different data get the same training. speculators keeps
 # running (empty) epochs after --max-steps, so --epochs is set just above what the budget needs. Packed batches of 512 tokens (rows are
@@ -29,6 +30,6 @@ print(-(-int(sys.argv[2]) // max(1, tokens // 512)) + 1)' "$EXPORT/speculators.j
   --train-data-ratio "$RATIO" --total-seq-len 512 --target-layer-ids 1 2 3 --num-layers 1 \
   --draft-arch llama --draft-attn-impl sdpa --loss-implementation eager \
   --hidden-states-dtype float32 --num-workers 0 --on-missing raise --epochs "$EPOCHS" --max-steps "$STEPS" \
-  --scheduler-total-steps "$STEPS" --lr 3e-3 --seed 0 --log-freq 10 \
+  --scheduler-total-steps "$STEPS" --lr 3e-3 --seed "${SEED:-0}" --log-freq 10 \
   --save-path "$OUT/ckpt" > "$OUT/train.log" 2>&1 || { tail -30 "$OUT/train.log"; exit 1; }
 echo "draft: $OUT/ckpt (train_data_ratio $RATIO, $STEPS steps)"
