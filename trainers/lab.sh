@@ -31,6 +31,8 @@ TABLES=" ${LAB_TABLES:-main selection modes} "
 table() { [[ "$TABLES" == *" $1 "* ]]; }
 if table selection && ! table main; then echo "LAB_TABLES: selection needs main"; exit 2; fi
 SPEC=$PWD/.venv-trainers-speculators/bin/python
+SEEDS=${LAB_SEEDS:-0 1 2}
+SEED0=${SEEDS%% *}
 if [ "$SMALL" = 1 ]; then PROMPTS=80 TARGET_STEPS=150 DRAFT_STEPS=60 MAX_NEW=96
 else PROMPTS=240 TARGET_STEPS=400 DRAFT_STEPS=300 MAX_NEW=256; fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TORCHDYNAMO_DISABLE=1 COLUMNS=400
@@ -59,6 +61,9 @@ step "trainer environment (speculators 0.9.0, torch CPU) + the emulator's own de
 trainers/setup.sh speculators
 "$SPEC" -c 'import aiohttp, orjson' 2>/dev/null || "$SPEC" -m pip install -q aiohttp orjson
 rm -rf "$WORK" && mkdir -p "$WORK" && WORK=$(cd "$WORK" && pwd)
+THINK_END=$("$SPEC" -c 'import sys; from transformers import AutoTokenizer
+t = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
+print(t.convert_tokens_to_ids("</think>"))' src/eagle3_datagen/assets/kimi-k2.5-mini)
 
 step "corpus"
 "$SPEC" trainers/lab/corpus.py "$WORK/corpus" "$PROMPTS"
@@ -77,7 +82,6 @@ train() {  # train NAME EXPORT_DIR STEPS ROWS: a draft of TRAIN_TARGET (default 
 last_ckpt() { find "$1/ckpt" -mindepth 1 -maxdepth 1 -type d -name '[0-9]*' | sort -V | tail -1; }
 SPEC_FLAGS=(--speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1
   --speculative-num-draft-tokens 4)
-SUMMARY_ARGS=()
 
 if table main; then
 step "target ($TARGET_STEPS steps)"
@@ -95,48 +99,69 @@ uv run eagle3-datagen export "$WORK/dataset" --format speculators --validation 0
   --max-length 2048 --output "$WORK/regenerated/speculators.jsonl" | tail -2
 "$SPEC" trainers/lab/original.py src/eagle3_datagen/assets/kimi-k2.5-mini \
   "$WORK/corpus/prompts.jsonl" "$WORK/regenerated" "$WORK/original"
+# The control: the original answers with another writer's reasoning (both drafts see reasoning).
+"$SPEC" trainers/lab/original.py src/eagle3_datagen/assets/kimi-k2.5-mini \
+  "$WORK/corpus/prompts.jsonl" "$WORK/regenerated" "$WORK/original_reasoning" \
+  "$WORK/corpus/reasoning.jsonl"
 
-for data in original regenerated; do
-  step "draft on $data answers ($DRAFT_STEPS steps)"
-  train "$data" "$WORK/$data" "$DRAFT_STEPS" "$(wc -l < "$WORK/$data/speculators.jsonl")"
+for seed in $SEEDS; do
+  for data in original original_reasoning regenerated; do
+    step "draft on $data answers, seed $seed ($DRAFT_STEPS steps)"
+    SEED=$seed train "$data-seed$seed" "$WORK/$data" "$DRAFT_STEPS" \
+      "$(wc -l < "$WORK/$data/speculators.jsonl")"
+  done
+  "$SPEC" trainers/lab/random_draft.py "$(last_ckpt "$WORK/drafts/regenerated-seed$seed")" \
+    "$WORK/drafts/untrained-seed$seed/ckpt/0" "$seed" | tail -1
 done
-"$SPEC" trainers/lab/random_draft.py "$(last_ckpt "$WORK/drafts/regenerated")" \
-  "$WORK/drafts/untrained/ckpt/0" | tail -1
 
 HELDOUT=$WORK/regenerated/speculators.validation.jsonl
+step "references: transformers generate on the held-out prompts (both sets)"
+mkdir -p "$WORK/second"
+"$SPEC" trainers/lab/second_heldout.py src/eagle3_datagen/assets/kimi-k2.5-mini \
+  "$WORK/corpus/prompts.jsonl" "$WORK/corpus/prompts2.jsonl" "$HELDOUT" \
+  "$WORK/second/heldout.jsonl"
+"$SPEC" trainers/lab/reference.py "$WORK/target" "$HELDOUT" "$MAX_NEW" "$WORK/reference.json"
+"$SPEC" trainers/lab/reference.py "$WORK/target" "$WORK/second/heldout.jsonl" "$MAX_NEW" \
+  "$WORK/second/reference.json"
 step "held-out outputs without speculation"
 serve "$WORK/emulator-plain.log"
 uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
   "$WORK/measure-plain.json"
 stop_server
-for draft in untrained original regenerated; do
-  step "held-out accept length: $draft draft"
-  dir=$(last_ckpt "$WORK/drafts/$draft")
-  serve "$WORK/emulator-$draft.log" "${SPEC_FLAGS[@]}" --speculative-draft-model-path "$dir"
-  uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
-    "$WORK/measure-$draft.json"
-  # The same server measured by the product's own command: the same held-out split, each
-  # record's own sampling (max_new_tokens 256: the lab tier's); summary: accept_length_eval.
-  uv run eagle3-datagen eval "$WORK/dataset" --server-url "http://127.0.0.1:$PORT" \
-    --validation 0.2 --no-history --json "$WORK/eval-$draft.json" \
-    > "$WORK/eval-$draft.log" || { tail -20 "$WORK/eval-$draft.log"; exit 1; }
-  stop_server
+for seed in $SEEDS; do
+  for draft in untrained original original_reasoning regenerated; do
+    step "held-out accept length: $draft draft, seed $seed"
+    name=$draft-seed$seed
+    serve "$WORK/emulator-$name.log" "${SPEC_FLAGS[@]}" \
+      --speculative-draft-model-path "$(last_ckpt "$WORK/drafts/$name")"
+    uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
+      "$WORK/measure-$name.json" "$THINK_END"
+    if [ "$draft" = original ] || [ "$draft" = regenerated ]; then
+      uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" \
+        "$WORK/second/heldout.jsonl" "$MAX_NEW" "$WORK/second/measure-$name.json"
+    fi
+    if [ "$seed" = "$SEED0" ]; then
+      # The first seed's server measured by the product's own command: the same held-out
+      # split, each record's own sampling (max_new_tokens 256: the lab tier's);
+      # summary: accept_length_eval.
+      ln -sf "measure-$name.json" "$WORK/measure-$draft.json"
+      uv run eagle3-datagen eval "$WORK/dataset" --server-url "http://127.0.0.1:$PORT" \
+        --validation 0.2 --no-history --json "$WORK/eval-$draft.json" \
+        > "$WORK/eval-$draft.log" || { tail -20 "$WORK/eval-$draft.log"; exit 1; }
+    fi
+    stop_server
+  done
 done
-
-SUMMARY_ARGS=("$WORK/measure-plain.json" untrained="$WORK/measure-untrained.json"
-  original="$WORK/measure-original.json" regenerated="$WORK/measure-regenerated.json")
 fi
 
 if table selection; then
   source trainers/lab/selection.sh
-  SUMMARY_ARGS+=(--selection "$WORK/selection" $SELECTION_ROWS)
 fi
 if table modes; then
   source trainers/lab/modes.sh
-  SUMMARY_ARGS+=(--modes "$WORK/modes/table.json")
 fi
 
 step "summary"
-python3 trainers/lab/summary.py "$WORK/summary.json" "${SUMMARY_ARGS[@]}"
+uv run python trainers/lab/summary.py "$WORK/summary.json" "$WORK" "$SEEDS" "$TABLES"
 echo "lab time: $(( $(date +%s) - T0 )) s"
 echo "summary: $WORK/summary.json"
