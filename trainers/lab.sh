@@ -35,6 +35,9 @@ SEEDS=${LAB_SEEDS:-0 1 2}
 SEED0=${SEEDS%% *}
 if [ "$SMALL" = 1 ]; then PROMPTS=80 TARGET_STEPS=150 DRAFT_STEPS=60 MAX_NEW=96
 else PROMPTS=240 TARGET_STEPS=400 DRAFT_STEPS=300 MAX_NEW=256; fi
+# The data-rich variant (LAB_CORPUS=rich, for the selection table: docs/selection-lab.md): the
+# prompts are LAB_PROMPTS items of every installed package's docstrings (corpus.py rich).
+PROMPTS=${LAB_PROMPTS:-$PROMPTS} DRAFT_STEPS=${LAB_DRAFT_STEPS:-$DRAFT_STEPS}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TORCHDYNAMO_DISABLE=1 COLUMNS=400
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
 T0=$(date +%s)
@@ -66,7 +69,7 @@ t = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
 print(t.convert_tokens_to_ids("</think>"))' src/eagle3_datagen/assets/kimi-k2.5-mini)
 
 step "corpus"
-"$SPEC" trainers/lab/corpus.py "$WORK/corpus" "$PROMPTS"
+"$SPEC" trainers/lab/corpus.py "$WORK/corpus" "$PROMPTS" ${LAB_CORPUS:+"$LAB_CORPUS"}
 sed "s#../work/lab/corpus/prompts.jsonl#$WORK/corpus/prompts.jsonl#" trainers/lab/lab.yaml \
   > "$WORK/lab.yaml"
 sed -i "s#  path: ../../src#  path: $PWD/src#" "$WORK/lab.yaml"

@@ -15,15 +15,23 @@ sees reasoning too; and ``prompts2.jsonl``, a second held-out set: questions abo
 ``SECOND_MODULES``, modules neither the target nor any draft trained on, checked only once the
 tables are made (it decides nothing).
 
-usage: python corpus.py OUT_DIR [MAX_PROMPTS]
+The data-rich variant (``rich``, for the selection table where data is redundant, issue #41):
+the target's training set stays the same, and the lab's prompts are MAX_PROMPTS public
+functions and classes with a docstring from the source files of every package installed in the
+running interpreter's environment (read with ``ast``: nothing is imported), in an order fixed
+by a hash of their names: thousands of items, none from the standard library modules above.
+
+usage: python corpus.py OUT_DIR [MAX_PROMPTS [rich]]
        (writes target_train.jsonl, prompts.jsonl, reasoning.jsonl, prompts2.jsonl)
 """
 
+import ast
 import hashlib
 import importlib
 import inspect
 import json
 import re
+import site
 import sys
 from pathlib import Path
 
@@ -138,13 +146,44 @@ def items(modules: list[str] = MODULES) -> list[tuple[str, str, str, str]]:
         for attr, obj in sorted(vars(mod).items()):
             if attr.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj)):
                 continue
-            doc = inspect.getdoc(obj) or ""
-            para = re.sub(r"\s+", " ", doc.split("\n\n")[0]).strip()
-            if len(para) < 20 or ">>>" in para or not para.isascii():
+            para = _paragraph(inspect.getdoc(obj) or "")
+            if para is None:
                 continue
             kind = "class" if inspect.isclass(obj) else "function"
             seen.setdefault(f"{mod_name}.{attr}", (f"{mod_name}.{attr}", kind, mod_name, para))
     return sorted(seen.values())
+
+
+def _paragraph(doc: str) -> str | None:
+    para = re.sub(r"\s+", " ", doc.split("\n\n")[0]).strip()
+    return None if len(para) < 20 or ">>>" in para or not para.isascii() else para
+
+
+def rich_items() -> list[tuple[str, str, str, str]]:
+    """Items of every installed package's source (``ast``, no imports), hash-ordered."""
+    seen: dict[str, tuple[str, str, str, str]] = {}
+    for root in map(Path, site.getsitepackages()):
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root)
+            if any(p.startswith((".", "_")) or p in ("tests", "test") for p in rel.parts[:-1]):
+                continue
+            if rel.name.startswith("_") or not rel.parts[0].isidentifier():
+                continue
+            module = ".".join(rel.with_suffix("").parts)
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+            except (SyntaxError, UnicodeDecodeError, ValueError):
+                continue
+            for node in tree.body:
+                if not isinstance(node, ast.FunctionDef | ast.ClassDef):
+                    continue
+                para = _paragraph(ast.get_docstring(node) or "")
+                if node.name.startswith("_") or para is None:
+                    continue
+                kind = "class" if isinstance(node, ast.ClassDef) else "function"
+                name = f"{module}.{node.name}"
+                seen.setdefault(name, (name, kind, module, para))
+    return sorted(seen.values(), key=lambda item: _digest(item[0]))
 
 
 def first_sentence(text: str) -> str:
@@ -182,21 +221,26 @@ def _write(path: Path, rows: list[dict]) -> None:
         f.writelines(json.dumps(r) + "\n" for r in rows)
 
 
-def main(out_dir: str, max_prompts: int = 240) -> None:
+def main(out_dir: str, max_prompts: int = 240, variant: str = "") -> None:
+    if variant not in ("", "rich"):
+        raise SystemExit(f"corpus.py: unknown variant {variant!r} (only 'rich')")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     train, prompts, reasoning = [], [], []
+    lab_items = []
     for name, kind, module, para in items():
         if _digest(name) % 10 < 7:
             thought, answer = target_answer(name, kind, module, para)
             train.append({"question": question(name), "reasoning": thought, "answer": answer})
-        elif len(prompts) < max_prompts:
-            prompts.append(_prompt("lab", len(prompts), name, para))
-            reasoning.append(
-                {"id": prompts[-1]["id"], "reasoning": other_reasoning(name, kind, module)}
-            )
+        else:
+            lab_items.append((name, kind, module, para))
+    for name, kind, module, para in (rich_items() if variant else lab_items)[:max_prompts]:
+        prompts.append(_prompt("lab", len(prompts), name, para))
+        reasoning.append(
+            {"id": prompts[-1]["id"], "reasoning": other_reasoning(name, kind, module)}
+        )
     second = sorted(items(SECOND_MODULES), key=lambda item: _digest(item[0]))
-    count = max(16, min(len(prompts), max_prompts) // 5)
+    count = min(40, max(16, len(prompts) // 5))
     prompts2 = [_prompt("second", i, it[0], it[3]) for i, it in enumerate(second[:count])]
     _write(out / "target_train.jsonl", train)
     _write(out / "prompts.jsonl", prompts)
@@ -209,4 +253,4 @@ def main(out_dir: str, max_prompts: int = 240) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], *(int(a) for a in sys.argv[2:3]))
+    main(sys.argv[1], *(int(a) for a in sys.argv[2:3]), *sys.argv[3:4])
