@@ -7,6 +7,16 @@ import argparse
 from typing import Any
 
 RULES = ("flatness", "deviation", "acceptance", "random")
+# What the CPU lab measured (docs/selection-lab.md, docs/lab-results.md): shown by --help, so
+# that nobody spends GPU hours on a rule expecting it to beat random.
+MEASURED = (
+    "Measured on the CPU lab (docs/selection-lab.md): no rule has beaten a random selection "
+    "of the same size. At --keep 0.5 every rule's draft was within the noise of the random "
+    "half's (the paired 95 % intervals hold 0, or the rule was below), and every half cost "
+    "accept length against the full data. Selection can only help where data is redundant, "
+    "and there it is not measured yet: use --by random (or keep all the data) unless your "
+    "own measurement says otherwise."
+)
 
 
 def cmd_select(args: argparse.Namespace) -> int:
@@ -27,6 +37,9 @@ def add_commands(sub: Any) -> None:
     select = sub.add_parser(
         "select",
         help="write a new dataset of the conversations a rule ranks first (docs/select.md)",
+        description="Write a new dataset of the conversations a rule ranks first "
+        "(docs/select.md).",
+        epilog=MEASURED,
     )
     select.add_argument("dataset", metavar="DATASET", help="a finished run's output directory")
     select.add_argument(
