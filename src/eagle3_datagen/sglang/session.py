@@ -9,7 +9,6 @@ gate and checks, waits for a lost server to come back, and never stops a server 
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 
 from eagle3_datagen.config import PipelineConfig, ServerSpec
 from eagle3_datagen.errors import ServerError
+from eagle3_datagen.processes import free_port
 from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.concurrency import ConcurrencyController
@@ -54,12 +54,6 @@ async def _gate_any(
     raise ServerError(
         f"none of the {len(urls)} servers passed the health gate: " + "; ".join(errors)
     )
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(slots=True)
@@ -164,7 +158,7 @@ def _server_spec(config: PipelineConfig) -> ServerSpec:
     is 'auto' (the controller reads the server's load there)."""
     server = config.server
     if server.mode == "launch" and server.port == 0:
-        server = server.model_copy(update={"port": _free_port(server.host)})
+        server = server.model_copy(update={"port": free_port(server.host)})
     auto = any(t.is_auto for t in config.tiers)
     if auto and not server.enable_metrics:
         server = server.model_copy(update={"enable_metrics": True})  # the controller reads it
