@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_datagen.config import PipelineConfig, load_config
+from eagle3_datagen.config import PipelineConfig, load_config, parse_config
 from eagle3_datagen.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,3 +78,18 @@ def test_flow_parameter_schema_has_forms_for_tiers_and_partitions() -> None:
     server = schema["$defs"]["ServerSpec"]["properties"]
     assert server["mode"]["enum"] == ["launch", "attach"]
     assert "description" in server["tp_size"]
+
+
+def test_partitions_are_selected_by_name_and_an_unknown_one_is_refused() -> None:
+    config = parse_config(
+        {
+            "model": {"path": "m"},
+            "partitions": [
+                {"name": n, "input": f"{n}.jsonl", "tier": "SHORT"} for n in ("a", "b", "c")
+            ],
+        }
+    )
+    assert [p.name for p in config.select(None)] == ["a", "b", "c"]
+    assert [p.name for p in config.select(["c", "a"])] == ["c", "a"]
+    with pytest.raises(ConfigError, match="unknown partition 'x'"):
+        config.select(["a", "x"])
