@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from eagle3_datagen.config import PipelineConfig, parse_config
+from eagle3_datagen.generate.context import PartitionJob
 from eagle3_datagen.generate.conversation import STOP_TRUNCATED, TurnAt
 from eagle3_datagen.generate.converse import run_conversation, run_conversations
 from eagle3_datagen.generate.earlier import Earlier
@@ -28,7 +29,6 @@ from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.sglang.client import GenerateResult
 from eagle3_datagen.write.journal import BatchJournal
 from eagle3_datagen.write.resume import ReusePool
-from eagle3_datagen.write.shards import PartitionOutput
 from tests.support import TOKENIZER_DIR
 from tests.support.dataset import Tok
 from tests.support.prompts import WEATHER_TOOL
@@ -43,9 +43,10 @@ END = ChatTokenizer(str(TOKENIZER_DIR)).token_id("<|im_end|>")
 
 
 class ScriptedSender:
-    """A Sender whose answers come from ``answer(prompt_ids)``: a list of output ids (a turn
-    that ends at its stop token, or at max_tokens when it has no end token), or a str (the
-    server refuses the request with that reason). Every request is kept in ``sent``."""
+    """A sender (``send``: generate/send.py's ``Send``) whose answers come from
+    ``answer(prompt_ids)``: output ids (a turn that ends at its stop token, or at max_tokens
+    without one), or a str (the server refuses the request with that reason). Every request
+    is kept in ``sent``."""
 
     def __init__(self, answer: Callable[[list[int]], list[int] | str], end: int) -> None:
         self.answer = answer
@@ -97,8 +98,7 @@ def _context(tmp_path: Path, **partition: Any) -> PartitionContext:
     config = _config(tmp_path, **partition)
     tok = load_tokenizer(config)
     ids = TokenIds.resolve(tok, config.special_tokens)
-    output = PartitionOutput(config.output_dir, "p")
-    return PartitionContext.build(config, "p", tokenizer=tok, ids=ids, output=output)
+    return PartitionContext.build(PartitionJob(config, "p", ""), tok, ids)
 
 
 def _earlier(ctx: PartitionContext) -> Earlier:
@@ -122,7 +122,7 @@ async def _one_turn(
     at = TurnAt(ctx.record_id(prompt, 0, 0), 0, 0)
     sampling = ctx.turn_sampling(at.id, ctx.temperature(0))
     out = Outcome()
-    record = await run_turn(ctx, sender, 0, prompt, ids, sampling, earlier, out, at)
+    record = await run_turn(ctx, sender.send, 0, prompt, ids, sampling, earlier, out, at)
     await earlier.writer.drain()
     return record, out
 
@@ -194,7 +194,7 @@ async def test_a_conversation_goes_on_from_the_models_own_turn(tmp_path, tok):
     prompt = _prompt(TWO_TURNS, tools=[WEATHER_TOOL])
     earlier = _earlier(ctx)
     jobs = _jobs(ctx, [prompt])
-    out = await run_conversation(ctx, sender, 0, prompt, jobs[0].ids, 0, earlier)
+    out = await run_conversation(ctx, sender.send, 0, prompt, jobs[0].ids, 0, earlier)
     await earlier.writer.close()
     assert [r.turn for r in out.records] == [0, 1] and out.stop is None and out.sent == 2
     second = tok.decode(sender.sent[1][1])
@@ -209,7 +209,9 @@ async def test_a_turn_cut_at_max_tokens_ends_its_conversation(tmp_path, tok):
     sender = ScriptedSender(lambda ids: cut, END)
     prompt = _prompt(TWO_TURNS)
     earlier = _earlier(ctx)
-    out = await run_conversation(ctx, sender, 0, prompt, _jobs(ctx, [prompt])[0].ids, 0, earlier)
+    out = await run_conversation(
+        ctx, sender.send, 0, prompt, _jobs(ctx, [prompt])[0].ids, 0, earlier
+    )
     await earlier.writer.close()
     assert len(sender.sent) == 1 and out.stop == STOP_TRUNCATED
     (record,) = out.records
@@ -228,7 +230,7 @@ async def test_a_batchs_conversations_are_sent_longest_first_and_come_back_in_li
         for line, n in words.items()
     ]
     earlier = _earlier(ctx)
-    outcomes = await run_conversations(ctx, sender, 0, _jobs(ctx, prompts), earlier)
+    outcomes = await run_conversations(ctx, sender.send, 0, _jobs(ctx, prompts), earlier)
     await earlier.writer.close()
     assert [line for line, _, _ in sender.sent] == [2, 2, 3, 3, 1, 1]
     assert [o.records[0].source_line for o in outcomes] == [1, 1, 2, 2, 3, 3]

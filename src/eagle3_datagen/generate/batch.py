@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.generate import gc_tuning
+from eagle3_datagen.generate.context import PartitionJob
 from eagle3_datagen.generate.converse import run_conversations
 from eagle3_datagen.generate.offload import off_loop
 from eagle3_datagen.generate.partition_context import PartitionContext
@@ -31,98 +31,40 @@ from eagle3_datagen.generate.plan import PartitionPlan
 from eagle3_datagen.generate.prepare import prepare_batch
 from eagle3_datagen.generate.send import TurnSender
 from eagle3_datagen.generate.summary import commit_batch, summarize_batch
-from eagle3_datagen.inputs.near_dups import Similar
 from eagle3_datagen.inputs.prompts import BatchSpec
-from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.render.token_ids import TokenIds
-from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.pool import ServerPool, connect
 from eagle3_datagen.sglang.requests import GenerateClient
-from eagle3_datagen.sglang.supervisor import ServerSupervisor
-from eagle3_datagen.write.resume import ReusePool
-from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
+from eagle3_datagen.write.shards import BatchSummary
 
 
 class PartitionRunner:
     """One partition's run: its fixed parts (``ctx``, a PartitionContext), the sender its turns
-    go through (``sender``), and the supervisor that stops every partition at once."""
+    go through (``sender``: the client, the tier's slots, the run's budget and supervisor, the
+    retry policy), and the supervisor that stops every partition at once."""
 
-    def __init__(
-        self,
-        *,
-        config: PipelineConfig,
-        partition: str,
-        tokenizer: ChatTokenizer,
-        ids: TokenIds,
-        client: GenerateClient,
-        output: PartitionOutput,
-        context_length: int | None = None,
-        max_req_input_len: int | None = None,
-        metadata: dict[str, str] | None = None,
-        duplicates: dict[int, int] | None = None,
-        dropped: dict[int, Similar] | None = None,
-        supervisor: ServerSupervisor | None = None,
-        budget: ServerBudget | None = None,
-        run_id: str | None = None,
-        reuse: ReusePool | None = None,
-    ) -> None:
-        self.ctx = PartitionContext.build(
-            config,
-            partition,
-            tokenizer=tokenizer,
-            ids=ids,
-            output=output,
-            duplicates=duplicates,
-            dropped=dropped,
-            reuse=reuse,
-            context_length=context_length,
-            max_req_input_len=max_req_input_len,
-        )
-        part, tier = self.ctx.partition, self.ctx.tier
+    def __init__(self, job: PartitionJob, ctx: PartitionContext, client: GenerateClient) -> None:
+        self.ctx = ctx
         self.sender = TurnSender(
-            client,
-            partition=part.name,
-            in_flight=tier.in_flight_cap,
-            max_tokens=tier.max_tokens,
-            policy=config.retries,
-            progress=self.ctx.progress,
-            top_logprobs=part.logprobs.top_k if part.logprobs else None,
-            supervisor=supervisor,
-            budget=budget,
-            run_id=run_id,
+            client, ctx.partition, ctx.tier, job.config.retries, ctx.progress, job.run
         )
-        self.retries = config.retries
-        self.supervisor = supervisor
-        self.metadata = metadata or {}
-        self.output = output
-        self.progress = self.ctx.progress
+        self.retries = job.config.retries
+        self.supervisor = job.run.supervisor if job.run else None
+        self.metadata = job.parquet_metadata or {}
+        self.output = ctx.output
+        self.progress = ctx.progress
         gc_tuning.tune_for_batches()  # the collector off the loop's way (generate/gc_tuning.py)
 
     @classmethod
     def from_plan(
-        cls,
-        plan: PartitionPlan,
-        *,
-        config: PipelineConfig,
-        partition: str,
-        client: GenerateClient,
-        **options: Any,
+        cls, plan: PartitionPlan, job: PartitionJob, client: GenerateClient
     ) -> PartitionRunner:
         """The runner of a planned partition: the plan's tokenizer, ids, repeated ids and
-        reusable results, writing to the partition's directory; ``options`` as in __init__."""
-        return cls(
-            config=config,
-            partition=partition,
-            tokenizer=plan.tokenizer,
-            ids=plan.ids,
-            client=client,
-            output=PartitionOutput(config.output_dir, partition),
-            duplicates=plan.duplicates,
-            dropped=plan.dropped,
-            reuse=plan.reuse,
-            **options,
+        reusable results."""
+        ctx = PartitionContext.build(
+            job, plan.tokenizer, plan.ids, plan.duplicates, plan.dropped, plan.reuse
         )
+        return cls(job, ctx, client)
 
     async def run_batch(self, spec: BatchSpec) -> BatchSummary:
         """Process one batch end to end, or return its summary if it was committed before.
@@ -157,7 +99,9 @@ class PartitionRunner:
         jobs, rejects, earlier = await off_loop(prepare_batch, self.ctx, spec)
         self.progress.batch_started(spec.index, spec.count - len(jobs))
         try:
-            outcomes = await run_conversations(self.ctx, self.sender, spec.index, jobs, earlier)
+            outcomes = await run_conversations(
+                self.ctx, self.sender.send, spec.index, jobs, earlier
+            )
             await earlier.writer.drain()  # a journal write that failed fails the batch
         finally:
             await earlier.writer.close()

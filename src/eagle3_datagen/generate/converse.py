@@ -25,7 +25,7 @@ from eagle3_datagen.generate.offload import off_loop
 from eagle3_datagen.generate.partition_context import PartitionContext
 from eagle3_datagen.generate.prepare import Job
 from eagle3_datagen.generate.rejects import turn_reject
-from eagle3_datagen.generate.send import Sender
+from eagle3_datagen.generate.send import Send
 from eagle3_datagen.generate.summary import Outcome
 from eagle3_datagen.generate.turn import run_turn
 from eagle3_datagen.inputs.prompts import Prompt
@@ -34,7 +34,7 @@ from eagle3_datagen.write.records import Record, Reject
 
 
 async def run_conversations(
-    ctx: PartitionContext, sender: Sender, index: int, jobs: list[Job], earlier: Earlier
+    ctx: PartitionContext, send: Send, index: int, jobs: list[Job], earlier: Earlier
 ) -> list[Outcome]:
     """Every conversation of the batch (each line, each sample) at once; the turns of one
     conversation one after another. A line counts as done when all its samples are.
@@ -52,7 +52,7 @@ async def run_conversations(
     left = {job.prompt.line: samples for job in jobs}
 
     async def one(prompt: Prompt, ids: list[int], sample: int) -> Outcome:
-        outcome = await run_conversation(ctx, sender, index, prompt, ids, sample, earlier)
+        outcome = await run_conversation(ctx, send, index, prompt, ids, sample, earlier)
         left[prompt.line] -= 1
         if not left[prompt.line]:
             ctx.progress.line_done(index)
@@ -81,7 +81,7 @@ async def run_conversations(
 
 async def run_conversation(
     ctx: PartitionContext,
-    sender: Sender,
+    send: Send,
     index: int,
     prompt: Prompt,
     first_ids: list[int],
@@ -108,7 +108,7 @@ async def run_conversation(
         sampling = ctx.turn_sampling(rec_id, temperature)
         media = ctx.images(dataclasses.replace(prompt, id=rec_id, messages=history), ids)
         assert not isinstance(media, str)  # checked when the turn was rendered
-        record = await run_turn(ctx, sender, index, prompt, ids, sampling, earlier, out, at, media)
+        record = await run_turn(ctx, send, index, prompt, ids, sampling, earlier, out, at, media)
         if record is None:
             break
         record.has_tool_results = any(m.get("role") == "tool" for m in history)

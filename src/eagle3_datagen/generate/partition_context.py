@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from eagle3_datagen.config import Partition, PipelineConfig, Sampling, Tier, ValidationPolicy
+from eagle3_datagen.config import Partition, Sampling, Tier, ValidationPolicy
+from eagle3_datagen.generate.context import PartitionJob
 from eagle3_datagen.generate.conversation import record_id
 from eagle3_datagen.generate.media import TurnImages, turn_images
 from eagle3_datagen.inputs.near_dups import Similar
@@ -49,28 +50,24 @@ class PartitionContext:
     @classmethod
     def build(
         cls,
-        config: PipelineConfig,
-        partition: str,
-        *,
+        job: PartitionJob,
         tokenizer: ChatTokenizer,
         ids: TokenIds,
-        output: PartitionOutput,
-        **options: Any,
+        duplicates: Mapping[int, int] | None = None,
+        dropped: Mapping[int, Similar] | None = None,
+        reuse: ReusePool | None = None,
     ) -> PartitionContext:
-        """The context of ``partition`` under ``config``; ``options``: the optional fields."""
-        part = config.partition(partition)
+        """The context of ``job``'s partition: its config's parts, the server's limits the job
+        carries, the lines to reject and the results to reuse (a plan's, generate/plan.py)."""
+        config = job.config
+        part = config.partition(job.partition)
         tier = config.tier(part.tier)
+        sampling = config.sampling.to_sglang(tier.max_tokens, list(ids.stop_ids))
         return cls(
-            partition=part,
-            tier=tier,
-            tokenizer=tokenizer,
-            ids=ids,
-            sampling=config.sampling.to_sglang(tier.max_tokens, list(ids.stop_ids)),
-            seeds=config.sampling,
-            modes=config.model.modes,
-            validation=config.validation,
-            output=output,
-            **{k: v for k, v in options.items() if v is not None},
+            *(part, tier, tokenizer, ids, sampling, config.sampling, config.model.modes),
+            *(config.validation, PartitionOutput(config.output_dir, part.name), Progress()),
+            *(duplicates or {}, dropped or {}, reuse or ReusePool()),
+            *(job.context_length, job.max_req_input_len),
         )
 
     def record_id(self, prompt: Prompt, turn: int, sample: int) -> str:

@@ -1,23 +1,25 @@
 """Sending one turn's request: the retry policy, the tier's slots and the server's budget, a
 rid no earlier attempt used; a 4xx becomes the turn's reject, a server lost fails the batch.
 
-:class:`Sender` is what a turn needs from the server side; :class:`TurnSender` is the one that
-talks to SGLang (a test of a turn or a conversation gives its own, and needs no server)."""
+:data:`Send` is what a turn needs from the server side; :meth:`TurnSender.send` is the one
+that talks to SGLang (a test of a turn or a conversation gives its own, and needs no server)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import secrets
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from eagle3_datagen.config import RetryPolicy
+from eagle3_datagen.config import Partition, RetryPolicy, Tier
 from eagle3_datagen.errors import (
     BatchFailed,
     RejectedRequestError,
     RetriesExhaustedError,
     ServerError,
 )
+from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.generate.media import TurnImages
 from eagle3_datagen.report.progress import Progress
 from eagle3_datagen.sglang.budget import ServerBudget
@@ -28,20 +30,12 @@ from eagle3_datagen.sglang.supervisor import ServerSupervisor
 Sent = tuple[GenerateResult | None, str | None]
 
 
-class Sender(Protocol):
-    """Sends one turn of batch ``index``: (result, None), or (None, why the server refused
-    it); raises BatchFailed when no retry got an answer. ``line`` and ``suffix`` name the
-    turn in its rid (line 7's second turn: 7 and ``-t1``)."""
-
-    async def send(
-        self,
-        index: int,
-        line: int,
-        prompt_ids: list[int],
-        sampling: dict[str, Any],
-        suffix: str = "",
-        media: TurnImages | None = None,
-    ) -> Sent: ...
+# What a turn needs from the server side: ``send(index, line, prompt_ids, sampling, suffix,
+# media)`` sends one turn of batch ``index`` and returns (result, None), or (None, why the
+# server refused it); it raises BatchFailed when no retry got an answer. ``line`` and
+# ``suffix`` name the turn in its rid (line 7's second turn: 7 and ``-t1``). TurnSender.send is
+# the one that talks to SGLang; a test gives its own.
+Send = Callable[[int, int, list[int], dict[str, Any], str, TurnImages | None], Awaitable[Sent]]
 
 
 class TurnSender:
@@ -52,29 +46,26 @@ class TurnSender:
     def __init__(
         self,
         client: GenerateClient,
-        *,
-        partition: str,
-        in_flight: int,
-        max_tokens: int,
+        partition: Partition,
+        tier: Tier,
         policy: RetryPolicy,
         progress: Progress,
-        top_logprobs: int | None = None,
-        supervisor: ServerSupervisor | None = None,
-        budget: ServerBudget | None = None,
-        run_id: str | None = None,
+        run: RunContext | None = None,
     ) -> None:
         self.client = client
-        self.partition = partition
-        self.slots = asyncio.Semaphore(in_flight)
-        self.max_tokens = max_tokens
+        self.partition = partition.name
+        self.slots = asyncio.Semaphore(tier.in_flight_cap)
+        self.max_tokens = tier.max_tokens
         self.policy = policy
         self.progress = progress
-        self.top_logprobs = top_logprobs
-        self.supervisor = supervisor
-        self.budget = budget or ServerBudget()
+        self.top_logprobs = partition.logprobs.top_k if partition.logprobs else None
+        # The run's supervisor and server-wide budget (none and the default: a partition
+        # without a run, in a test or a benchmark).
+        self.supervisor: ServerSupervisor | None = run.supervisor if run else None
+        self.budget = run.budget if run else ServerBudget()
         # In every rid, with a token per run of a batch: a batch retried, or another run, never
-        # sends a rid SGLang still holds (it answers 400 to one).
-        self.run_id = run_id or secrets.token_hex(4)
+        # sends a rid SGLang still holds (it answers 400 to one); a run's rids name its flow run.
+        self.run_id = run.run_key[:8] if run else secrets.token_hex(4)
         self._batch_run: dict[int, str] = {}
 
     def new_attempt(self, index: int) -> None:

@@ -12,7 +12,7 @@ from eagle3_datagen.generate.earlier import Earlier
 from eagle3_datagen.generate.media import TurnImages
 from eagle3_datagen.generate.partition_context import PartitionContext
 from eagle3_datagen.generate.rejects import earlier_reject, turn_reject, validation_reject
-from eagle3_datagen.generate.send import Sender
+from eagle3_datagen.generate.send import Send
 from eagle3_datagen.generate.summary import Outcome
 from eagle3_datagen.inputs.modes import thinking_of
 from eagle3_datagen.inputs.prompts import Prompt
@@ -26,7 +26,7 @@ from eagle3_datagen.write.records import Record, Reject, spec_columns
 
 async def run_turn(
     ctx: PartitionContext,
-    sender: Sender,
+    send: Send,
     index: int,
     prompt: Prompt,
     ids: list[int],
@@ -49,7 +49,7 @@ async def run_turn(
     result = found
     if result is None:
         suffix = at.id[len(prompt.id) :]
-        result, error = await sender.send(index, prompt.line, ids, sampling, suffix, media)
+        result, error = await send(index, prompt.line, ids, sampling, suffix, media)
         out.sent += 1
         if result is None:
             reject = turn_reject(
