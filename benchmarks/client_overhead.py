@@ -103,6 +103,7 @@ async def _pipeline(url: str, prompts: Path, out: Path, emu_pid: int) -> dict[st
     from benchmarks.common import partition_runner
     from eagle3_datagen.generate.windowed import run_windowed
     from eagle3_datagen.inputs.prompts import Prompt, parse_prompt, read_batch
+    from eagle3_datagen.sglang.client import GenerateRequest
 
     config, _ = _setup(prompts, out)
     async with partition_runner(config, "bench", url) as (runner, batches, window):
@@ -110,7 +111,9 @@ async def _pipeline(url: str, prompts: Path, out: Path, emu_pid: int) -> dict[st
         sample = [parse_prompt(raw, line) for line, raw in read_batch(batches[0])[:8]]
         runner.ctx.tokenizer.render([p for p in sample if isinstance(p, Prompt)])
         warm = [
-            runner.sender.client.generate([1, 2, 3], runner.ctx.sampling, f"warm{i}")
+            runner.sender.client.generate(
+                GenerateRequest([1, 2, 3], runner.ctx.sampling, f"warm{i}")
+            )
             for i in range(300)
         ]
         await asyncio.gather(*warm)
