@@ -35,8 +35,7 @@ def demo_config(
                 "mode": "launch",
                 "engine": "emulator",
                 "port": port or free_port(),
-                "startup_timeout_s": 120,
-                "request_timeout_s": 120,
+                "limits": {"startup_timeout_s": 120, "request_timeout_s": 120},
                 "extra_args": ["--emu-ledger", str(output_dir / "emulator-ledger.jsonl")],
             },
             "tiers": [

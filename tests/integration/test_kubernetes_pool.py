@@ -183,7 +183,7 @@ async def test_partition_job_renders_to_a_valid_gpu_job() -> None:
     # puts the run back to Scheduled, and a new pod resumes it from the journal on /data.
     assert job["backoffLimit"] == 0
     assert _env(container)["PREFECT_FLOW_RUN_EXECUTE_SIGTERM_BEHAVIOR"] == "reschedule"
-    assert job["activeDeadlineSeconds"] > config["server"]["startup_timeout_s"]
+    assert job["activeDeadlineSeconds"] > config["server"]["limits"]["startup_timeout_s"]
     assert pod["restartPolicy"] == "Never"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"

@@ -93,3 +93,21 @@ def test_partitions_are_selected_by_name_and_an_unknown_one_is_refused() -> None
     assert [p.name for p in config.select(["c", "a"])] == ["c", "a"]
     with pytest.raises(ConfigError, match="unknown partition 'x'"):
         config.select(["a", "x"])
+
+
+def test_server_limits_and_recovery_keys_still_load_from_their_old_place() -> None:
+    """A config written before server.limits and server.recovery loads the same; a key set in
+    both places is refused, naming the one to keep."""
+    base = {
+        "model": {"path": "m"},
+        "partitions": [{"name": "a", "input": "a.jsonl", "tier": "SHORT"}],
+    }
+    old = parse_config({**base, "server": {"request_timeout_s": 7, "max_relaunches": 0}})
+    new = parse_config(
+        {**base, "server": {"limits": {"request_timeout_s": 7}, "recovery": {"max_relaunches": 0}}}
+    )
+    assert old.server == new.server
+    assert old.server.limits.request_timeout_s == 7 and old.server.recovery.max_relaunches == 0
+    both = {"request_timeout_s": 7, "limits": {"request_timeout_s": 8}}
+    with pytest.raises(ConfigError, match="keep server.limits.request_timeout_s"):
+        parse_config({**base, "server": both})

@@ -136,6 +136,6 @@ def connect_partition(
     return connect(
         url,
         api_key=api_key,
-        timeout_s=config.server.request_timeout_s,
+        timeout_s=config.server.limits.request_timeout_s,
         max_connections=tier.in_flight_cap + 8,
     )

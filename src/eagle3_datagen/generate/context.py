@@ -41,7 +41,9 @@ class RunContext(BaseModel):
         server = config.server
         return cls(
             run_key=run_key,
-            budget=ServerBudget(server.max_requests_in_flight, server.max_tokens_in_flight),
+            budget=ServerBudget(
+                server.limits.max_requests_in_flight, server.limits.max_tokens_in_flight
+            ),
         )
 
     @model_validator(mode="before")

@@ -138,7 +138,7 @@ class _Gate:
         current.start()
         self.logger.info(f"launched server pid {current.pid}: {current.display_cmd}")
         self.logger.info(f"server log: {current.log_path}")
-        return await self.check(self.server.startup_timeout_s)
+        return await self.check(self.server.limits.startup_timeout_s)
 
     async def attach(self, attach_url: str) -> ServerFacts:
         """Every server of ``attach_url`` (comma-separated) must pass the gate and the checks;
@@ -147,7 +147,7 @@ class _Gate:
         for one in split_urls(attach_url):
             self.logger.info(f"attaching to the server at {one}")
             # An attached server already listens (or is down): refused is not "starting".
-            facts = await self.check(self.server.startup_timeout_s, one, ATTACH_REFUSED_S)
+            facts = await self.check(self.server.limits.startup_timeout_s, one, ATTACH_REFUSED_S)
         if facts is None:
             raise ServerError(f"no server URL in {attach_url!r}")
         return facts
@@ -175,9 +175,9 @@ def _supervisor(
         check=gate.check if len(urls) == 1 else partial(_gate_any, gate.check, urls),
         relaunch=gate.launch if launched else None,
         logger=logger,
-        failure_threshold=server.lost_after_failures,
-        max_relaunches=server.max_relaunches,
-        check_deadline_s=server.recovery_check_s,
+        failure_threshold=server.recovery.lost_after_failures,
+        max_relaunches=server.recovery.max_relaunches,
+        check_deadline_s=server.recovery.recovery_check_s,
         name=f"server {url}" if len(urls) == 1 else f"every server of the pool ({', '.join(urls)})",
     )
 
@@ -194,8 +194,8 @@ def _steering(
     # With auto tiers the controller keeps the server full, so the order requests start in
     # decides the makespan: longest first (sglang/budget.py).
     budget = ServerBudget(
-        server.max_requests_in_flight,
-        server.max_tokens_in_flight,
+        server.limits.max_requests_in_flight,
+        server.limits.max_tokens_in_flight,
         adaptive=steered,
         longest_first=bool(steered),
     )
@@ -207,7 +207,7 @@ def _steering(
         server.auto_concurrency,
         log=logger.info,
         warn=logger.warning,
-        ceiling=server.max_requests_in_flight,
+        ceiling=server.limits.max_requests_in_flight,
     )
     logger.info(
         f"concurrency auto: starting at {controller.limit} in flight (server-wide, at most "
