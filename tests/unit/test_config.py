@@ -109,5 +109,5 @@ def test_server_limits_and_recovery_keys_still_load_from_their_old_place() -> No
     assert old.server == new.server
     assert old.server.limits.request_timeout_s == 7 and old.server.recovery.max_relaunches == 0
     both = {"request_timeout_s": 7, "limits": {"request_timeout_s": 8}}
-    with pytest.raises(ConfigError, match="keep server.limits.request_timeout_s"):
+    with pytest.raises(ConfigError, match=r"keep server\.limits\.request_timeout_s"):
         parse_config({**base, "server": both})

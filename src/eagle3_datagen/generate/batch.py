@@ -110,14 +110,7 @@ class PartitionRunner:
         await off_loop(
             commit_batch, self.output, summary, records, rejects, self.metadata, earlier.journal
         )
-        self.progress.batch_committed(
-            spec.index,
-            lines=spec.count,
-            accepted=summary.accepted,
-            rejected=summary.rejected,
-            truncated=summary.truncated,
-            rejects_by_reason=summary.rejects_by_reason,
-        )
+        self.progress.batch_committed(summary)
         return summary
 
     def raise_if_server_lost(self) -> None:
