@@ -164,6 +164,16 @@ def test_no_import_circle_between_modules(package):
     assert cycle is None, f"import circle {' -> '.join(cycle or [])}: " + ", ".join(where)
 
 
+def test_only_the_orchestration_imports_the_batch_runner():
+    """generate/batch.py (PartitionRunner) is the top of the generate stage: its steps take the
+    partition's context and a sender, so no other module of a package needs it."""
+    graph = _module_graph()
+    users = sorted(m for m, edges in graph.items() if "eagle3_datagen.generate.batch" in edges)
+    assert users and all(
+        m.startswith(("eagle3_datagen_flows", "eagle3_datagen_tasks")) for m in users
+    ), users
+
+
 def test_readme_layout_lists_the_stages_in_import_order():
     """Each stage in README's Layout imports only stages listed above it."""
     text = (ROOT / "README.md").read_text()
