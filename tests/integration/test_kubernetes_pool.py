@@ -158,7 +158,8 @@ async def test_partition_job_renders_to_a_valid_gpu_job() -> None:
     pod = job["template"]["spec"]
     (container,) = pod["containers"]
     assert (
-        container["resources"]["limits"]["nvidia.com/gpu"] == params["config"]["server"]["tp_size"]
+        container["resources"]["limits"]["nvidia.com/gpu"]
+        == params["config"]["server"]["launch"]["tp_size"]
     )
     # The image's ENTRYPOINT is `prefect worker start`: the container command must replace it,
     # or the worker's args would become arguments of a worker.

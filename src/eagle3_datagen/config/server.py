@@ -90,6 +90,38 @@ class SpeculativeSpec(StrictModel):
         return self.num_draft_tokens
 
 
+class LaunchFlags(StrictModel):
+    """SGLang's launch flags for a server the run launches (attach mode: unused, but pre-flight
+    warns where the attached server's tp_size differs)."""
+
+    tp_size: int = Field(
+        title="Tensor parallel size",
+        default=DEFAULT_TP_SIZE,
+        ge=1,
+        description="--tp-size (GPUs per server).",
+    )
+    mem_fraction_static: float = Field(
+        title="Static memory fraction", default=DEFAULT_MEM_FRACTION, gt=0.0, lt=1.0
+    )
+    enable_hierarchical_cache: bool = Field(title="Hierarchical cache", default=True)
+    hicache_size_gb: int = Field(
+        title="Hierarchical cache size (GB)",
+        default=DEFAULT_HICACHE_SIZE_GB,
+        ge=0,
+        description="--hicache-size",
+    )
+    num_continuous_decode_steps: int = Field(
+        title="Continuous decode steps", default=DEFAULT_CONTINUOUS_DECODE_STEPS, ge=1
+    )
+    random_seed: int = Field(
+        title="Random seed",
+        default=0,
+        ge=0,
+        description="--random-seed. Fixed, because SGLang otherwise picks a random seed at every "
+        "launch, so the same config would sample differently after each launch or relaunch.",
+    )
+
+
 class ServerLimits(StrictModel):
     """What the run asks of the server at most: requests and tokens in flight across every
     partition, and how long a start and a request may take."""
@@ -147,6 +179,7 @@ class Recovery(StrictModel):
 
 # server.<key> -> the group that holds it now (configs written before the groups still load).
 MOVED = {
+    **dict.fromkeys(LaunchFlags.model_fields, "launch"),
     **dict.fromkeys(ServerLimits.model_fields, "limits"),
     **dict.fromkeys(Recovery.model_fields, "recovery"),
 }
@@ -180,25 +213,6 @@ class ServerSpec(StrictModel):
         le=65535,
         description="Launch mode: --port; 0 picks a free port (several servers on one node).",
     )
-    tp_size: int = Field(
-        title="Tensor parallel size",
-        default=DEFAULT_TP_SIZE,
-        ge=1,
-        description="--tp-size (GPUs per server).",
-    )
-    mem_fraction_static: float = Field(
-        title="Static memory fraction", default=DEFAULT_MEM_FRACTION, gt=0.0, lt=1.0
-    )
-    enable_hierarchical_cache: bool = Field(title="Hierarchical cache", default=True)
-    hicache_size_gb: int = Field(
-        title="Hierarchical cache size (GB)",
-        default=DEFAULT_HICACHE_SIZE_GB,
-        ge=0,
-        description="--hicache-size",
-    )
-    num_continuous_decode_steps: int = Field(
-        title="Continuous decode steps", default=DEFAULT_CONTINUOUS_DECODE_STEPS, ge=1
-    )
     enable_metrics: bool = Field(
         title="Prometheus metrics",
         default=False,
@@ -209,13 +223,6 @@ class ServerSpec(StrictModel):
         title="Auto concurrency",
         default_factory=lambda: AutoConcurrency(),
         description="How tiers with concurrency 'auto' are steered (server-wide).",
-    )
-    random_seed: int = Field(
-        title="Random seed",
-        default=0,
-        ge=0,
-        description="--random-seed. Fixed, because SGLang otherwise picks a random seed at every "
-        "launch, so the same config would sample differently after each launch or relaunch.",
     )
     context_length: int | None = Field(
         title="Context length",
@@ -249,6 +256,12 @@ class ServerSpec(StrictModel):
         description="Name of a Prefect Secret block holding SGLang's --api-key (instead of "
         "api_key_env).",
     )
+    launch: LaunchFlags = Field(
+        title="Launch flags",
+        default_factory=LaunchFlags,
+        description="SGLang's --tp-size, --mem-fraction-static, hierarchical cache, decode steps "
+        "and --random-seed for a launched server.",
+    )
     limits: ServerLimits = Field(
         title="Limits",
         default_factory=ServerLimits,
@@ -264,7 +277,8 @@ class ServerSpec(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _moved_keys(cls, data: Any) -> Any:
-        """A config written before ``limits`` and ``recovery`` existed still loads: its keys
+        """A config written before ``launch``, ``limits`` and ``recovery`` existed still
+        loads: its keys
         move into the group that holds them now (both places set: refused, naming the key)."""
         if not isinstance(data, dict) or not MOVED.keys() & data.keys():
             return data
