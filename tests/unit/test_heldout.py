@@ -15,6 +15,7 @@ from eagle3_datagen.write.dataset_dir import DatasetDir
 from eagle3_datagen.write.export import ExportOptions, export_dataset
 from eagle3_datagen.write.export_plan import committed_shards, held_out, scan
 from eagle3_datagen.write.heldout import Conversation, in_validation, prompt_keys, split
+from eagle3_datagen.write.split_file import choose_split
 from tests.support.dataset import Batch, Tok, make_config, make_fingerprint, write_dataset
 
 FRACTION, SEED = 0.4, 3
@@ -102,7 +103,8 @@ def test_the_exports_validation_rows_repeat_no_training_prompt(repeated: Path, t
 def test_eval_and_the_export_hold_out_the_same_conversations(repeated: Path, tmp_path: Path):
     """The split is computed over every record: an export's options never change it."""
     ds = DatasetDir(repeated)
-    held = held_out(list(scan(committed_shards(ds), prompts=True)), FRACTION, SEED)
+    choice = choose_split(repeated, FRACTION, SEED)
+    held = held_out(list(scan(committed_shards(ds), prompts=True)), choice)
     out = tmp_path / "sf.jsonl"
     opts = ExportOptions(validation=FRACTION, split_seed=SEED, truncated="drop")
     export_dataset(repeated, "speculators", out, options=opts)

@@ -193,7 +193,7 @@ def _metadata(
         "counts": {
             "records": plan.records,
             "exported": written["train"] + written["validation"],
-            "written": dict(written),
+            "written": {k: written[k] for k in files if files[k] is not None},
             "truncated": len(plan.truncated),
             "truncated_dropped": plan.dropped_truncated,
             "over_length_dropped": plan.dropped_over_length,

@@ -104,7 +104,7 @@ def settings(
             "offline (data.hidden_states_path): compute the features from these rows "
             "(input_ids and loss_mask as written; see docs/exports.md, 'From dataset to drafter')",
         ]
-        if val is not None:
+        if val is not None and n_val:
             lines.append(
                 f"validation: features of {val} as data.eval_hidden_states_path, with "
                 "training.eval_interval > 0 (SpecForge evaluates offline data only)"
@@ -115,7 +115,7 @@ def settings(
         "(pre-tokenized rows pass through: no --render-endpoint, no chat template)",
         f"speculators train ... --total-seq-len {max_length}",
     ]
-    if val is not None:
+    if val is not None and n_val:
         ratio = (n_train + 0.5) / (n_train + n_val)
         lines += [
             f"validation split by conversation: prepare {val} the same way into its own "
@@ -126,7 +126,7 @@ def settings(
         ]
     else:
         lines.append(
-            "no --validation: speculators holds out the last rows after prepare-data's shuffle "
+            "no validation rows: speculators holds out the last rows after prepare-data's shuffle "
             "(--train-data-ratio, default 0.9); it drops primary_id, so the turns and samples of "
             "one conversation can land on both sides"
         )
