@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ async def unreachable(url: str, err: BaseException) -> ServerError:
     except TimeoutError:
         why = "no answer within 10 s"
     except OSError as os_err:
-        why = (os_err.strerror or str(os_err)).lower()
+        why = (os.strerror(os_err.errno) if os_err.errno else str(os_err)).lower()
     else:
         writer.close()
     return ServerError(f"cannot reach {url}: {why}")
