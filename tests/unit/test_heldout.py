@@ -110,3 +110,24 @@ def test_eval_and_the_export_hold_out_the_same_conversations(repeated: Path, tmp
     export_dataset(repeated, "speculators", out, options=opts)
     exported = {r["primary_id"] for r in read_jsonl(tmp_path / "sf.validation.jsonl")}
     assert exported == {c for (_, c), side in held.sides.items() if side == "validation"}
+
+
+def test_a_grown_split_keeps_its_held_out_conversations() -> None:
+    """What split.json recorded stays: earlier held-out conversations are held out again (even
+    where the hash of another fraction would say train), moved ones stay in train, and a new
+    conversation repeating a held-out prompt is held out with it."""
+    convs = [Conversation("p", f"c{i}", bytes([i])) for i in range(40)]
+    first = split(convs, FRACTION, SEED)
+    held_before = set(first.held_out_keys())
+    repeat_of = next(c for c in convs if ("p", c.conversation) in held_before)
+    later = [
+        *convs,
+        *(Conversation("p", f"n{i}", bytes([100 + i])) for i in range(40)),
+        Conversation("p", "again", repeat_of.prompt),
+    ]
+    grown = split(later, 0.01, SEED, held_before, first.moved)  # another fraction: ignored
+    assert held_before <= set(grown.held_out_keys())
+    assert grown.kept == len(held_before)
+    assert grown.side("p", "again") == "validation" and grown.joined == [("p", "again")]
+    new = {("p", f"n{i}") for i in range(40) if in_validation("p", f"n{i}", 0.01, SEED)}
+    assert set(grown.held_out_keys()) == held_before | new | {("p", "again")}
