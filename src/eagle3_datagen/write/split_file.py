@@ -127,7 +127,8 @@ def choose_split(
             differs.append(f"{seed_flag} {seed}")
         if differs:
             raise DatasetError(
-                f"{' and '.join(differs)} differ from the dataset's split ({split_path(root)}: "
+                f"{' and '.join(differs)} {'differ' if len(differs) > 1 else 'differs'} from "
+                f"the dataset's split ({split_path(root)}: "
                 f"validation {rec.validation}, seed {rec.seed}, id {rec.id}); leave them out to "
                 f"use it, or pass --resplit to re-split on purpose: {RESPLIT_COST}"
             )
