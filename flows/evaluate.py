@@ -1,7 +1,8 @@
 """The eval flow: a draft's accept length on a dataset's held-out split, measured by a
 speculating server (docs/eval.md). Orchestration only: the library's ``evaluate`` does the
 work; this flow names the run as datagen runs are named (``eval <dataset> <date>``), shows the
-result as an artifact whose first line and description are the gate's verdict, and ends Failed
+result as an artifact whose first line and description are the gate's verdict (then the result
+and the dataset's latest evals, as ``eagle3-datagen history --evals`` prints them), ends Failed
 when the gate fails, with one ERROR line (expected_failures.py), so the failed-run alert
 (flows/automations/run-failed.yaml) fires with the verdict. A nightly chains it after
 generation with the deployment trigger in deployments/prefect.yaml (docs/operations.md).
@@ -20,10 +21,12 @@ from prefect.runtime import flow_run as current_run
 from eagle3_datagen.errors import EvalGateFailed
 from eagle3_datagen.evaluate.records import MIN_RECORDS
 from eagle3_datagen.evaluate.run import EvalOptions, evaluate
+from eagle3_datagen.report.history import EVAL_COLUMNS, eval_rows, history_text, read_history
 from eagle3_datagen.report.ui import eval_run_name, keeps_name
 from eagle3_datagen_flows import expected_failures
 
 FLOW_NAME = "eagle3-datagen-eval"
+EVALS_SHOWN = 10  # the artifact's table of the dataset's latest evals
 
 
 def _run_name() -> str:
@@ -73,9 +76,18 @@ async def datagen_eval(
     logger = get_run_logger()
     for line in lines:
         logger.info(line)
+    evals = eval_rows(read_history(dataset))[-EVALS_SHOWN:]
+    table = history_text(evals, EVAL_COLUMNS).splitlines() if evals else []
     await acreate_markdown_artifact(
         key="eval",
-        markdown=f"**{result.verdict}**\n\n" + "\n".join(f"    {line}" for line in lines),
+        markdown=f"**{result.verdict}**\n\n"
+        + "\n".join(f"    {line}" for line in lines)
+        + (
+            f"\n\nThe dataset's evals (`eagle3-datagen history {dataset} --evals`):\n\n"
+            + "\n".join(f"    {line}" for line in table)
+            if table
+            else ""
+        ),
         description=result.verdict,
     )
     if not result.ok:

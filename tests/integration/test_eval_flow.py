@@ -81,6 +81,8 @@ def test_the_eval_flow_fails_on_the_gate(tmp_path: Path, chat_tokenizer: ChatTok
         assert artifact.startswith("**gate passed: no baseline to compare with**"), artifact
         assert description == "gate passed: no baseline to compare with"
         assert "accept length" in artifact and "by partition" in artifact
+        assert "The dataset's evals (`eagle3-datagen history" in artifact  # as history shows
+        assert "accept len [95% CI]" in artifact
         name, errors = asyncio.run(_run(run_id, "Finished in state Completed"))
         assert re.fullmatch(r"eval \S+/data \d{4}-\d\d-\d\d \d\d:\d\dZ", name), name
         assert not errors
