@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
 # The CPU lab: the whole loop with real models, and the field's headline on it.
-#   trainers/lab.sh           full lab (5-6 min on 2 cores; up to ~3x that on a busy machine)
-#   trainers/lab.sh --small   smaller everything (a CI candidate, ~3 min)
+#   trainers/lab.sh           full lab (every table, LAB_SEEDS seeds per draft: long)
+#   trainers/lab.sh --small   smaller everything (with LAB_SEEDS=0 LAB_TABLES=main: CI's gates)
 # Steps: stdlib docstrings -> a tiny Llama target trained from scratch (trainers/lab/corpus.py,
 # make_target.py); the emulator serving that target (--emu-model-backend transformers) and
 # `eagle3-datagen run` regenerating the lab prompts through the unchanged pipeline (attach
 # mode); the export (validation split by conversation = the held-out prompts); the same
-# records with the prompts' ORIGINAL answers (original.py); one EAGLE-3 draft on each, same
-# steps (speculators' own trainer on CPU: train_draft.sh), and an untrained one; then the
-# emulator speculating with each draft over the held-out prompts at temperature 0
-# (measure.py), and without a draft for the lossless check (summary.py).
+# records with the prompts' ORIGINAL answers (original.py), and with another writer's reasoning
+# before them (original_reasoning); per seed of LAB_SEEDS (default "0 1 2") one EAGLE-3 draft
+# on each, same steps (speculators' own trainer on CPU: train_draft.sh), and an untrained one;
+# then the emulator speculating with each draft over the held-out prompts at temperature 0,
+# whole and split into reasoning and answer tokens (measure.py), and over a second held-out set
+# (second_heldout.py); every output compared with transformers' own generate (reference.py).
 # Then the selection table (issue #35, trainers/lab/selection.sh, docs/selection-lab.md): the
 # prompts again with the original draft speculating and logprobs on, `eagle3-datagen select`
-# --keep 0.5 by each rule, one draft per selection for the same epochs, the same held-out set.
+# by each rule at each keep fraction and seed, one draft per selection for the same epochs,
+# the same held-out set.
 # Then the modes table (issue #34, trainers/lab/modes.sh, docs/modes-lab.md): a target that
-# serves both of Kimi-K2.5's modes, a draft trained on its thinking-only answers and one on the
+# serves both of Kimi-K2.5's modes, drafts trained on its thinking-only answers and on the
 # declared mixture, each measured on the held-out prompts in both modes.
-# Last line: `summary: PATH` (JSON: heldout_records, accept_length.{original,regenerated,
-# untrained}, accept_length_eval (the same drafts measured by `eagle3-datagen eval`),
-# lossless_mismatches, selection, selection_table, accept_length_by_mode, modes_table).
-# Everything lands in trainers/work/lab/ (LAB_WORK moves it). LAB_TABLES picks the tables
-# (default "main selection modes"; selection needs main): `LAB_TABLES=modes` runs that one.
+# Last line: `summary: PATH` (summary.py: mean ± sd over seeds, bootstrap intervals over the
+# held-out prompts, the lossless count; the keys are listed in docs/lab.md). Everything lands in
+# trainers/work/lab/ (LAB_WORK moves it). LAB_TABLES picks the tables (default "main selection
+# modes"; selection needs main): `LAB_TABLES=modes` runs that one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SMALL=0
@@ -98,6 +100,9 @@ uv run eagle3-datagen run "$WORK/lab.yaml" --server-url "http://127.0.0.1:$PORT"
   --output "$WORK/dataset" > "$WORK/run.log" 2>&1 || { tail -30 "$WORK/run.log"; exit 1; }
 tail -3 "$WORK/run.log"
 stop_server
+# The product's path: this first export fixes the dataset's held-out split (split.json; 20 %:
+# the lab's few hundred prompts are too few for the default 5 %), leaves it out of training,
+# and writes the provenance file eval checks the drafts' training data against.
 uv run eagle3-datagen export "$WORK/dataset" --format speculators --validation 0.2 \
   --max-length 2048 --output "$WORK/regenerated/speculators.jsonl" | tail -2
 "$SPEC" trainers/lab/original.py src/eagle3_datagen/assets/kimi-k2.5-mini \
@@ -148,8 +153,12 @@ for seed in $SEEDS; do
       # split, each record's own sampling (max_new_tokens 256: the lab tier's);
       # summary: accept_length_eval.
       ln -sf "measure-$name.json" "$WORK/measure-$draft.json"
+      # The dataset's split, checked against the export both trained drafts' rows come from
+      # (the original answers are those rows' prompts); the lab's held-out set is small by
+      # design.
       uv run eagle3-datagen eval "$WORK/dataset" --server-url "http://127.0.0.1:$PORT" \
-        --validation 0.2 --no-history --json "$WORK/eval-$draft.json" \
+        --train-export "$WORK/regenerated/speculators.jsonl" --min-records 10 \
+        --no-history --json "$WORK/eval-$draft.json" \
         > "$WORK/eval-$draft.log" || { tail -20 "$WORK/eval-$draft.log"; exit 1; }
     fi
     stop_server

@@ -22,6 +22,8 @@ uv run eagle3-datagen run "$WORK/lab-scored.yaml" --server-url "http://127.0.0.1
   || { tail -30 "$WORK/run-scored.log"; exit 1; }
 stop_server
 uv run python trainers/lab/selection.py same-ids "$WORK/dataset" "$WORK/dataset-scored"
+# The same prompts: the same held-out split (select never ranks it; each selection keeps it).
+cp "$WORK/dataset/split.json" "$WORK/dataset-scored/split.json"
 
 for keep in ${LAB_SELECTION_KEEPS:-0.5}; do
   for rule in ${LAB_SELECTION_RULES:-flatness deviation acceptance random}; do
