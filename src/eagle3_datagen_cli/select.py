@@ -13,11 +13,12 @@ RULES = ("flatness", "deviation", "acceptance", "random")
 # that nobody spends GPU hours on a rule expecting it to beat random.
 MEASURED = (
     "Measured on the CPU lab (docs/selection-lab.md): no rule has beaten a random selection "
-    "of the same size. At --keep 0.5 every rule's draft was within the noise of the random "
-    "half's (the paired 95 % intervals hold 0, or the rule was below), and every half cost "
-    "accept length against the full data. Selection can only help where data is redundant, "
-    "and there it is not measured yet: use --by random (or keep all the data) unless your "
-    "own measurement says otherwise."
+    "of the same size. At --keep 0.5 no rule's draft was ahead of random by more than two "
+    "random halves differ from each other (one seed per row), and every half cost accept "
+    "length against the full data. "
+    "Selection can only help where data is redundant, and that regime is not measured yet: "
+    "keep all the data, or use --by random when a budget forces a cut, unless your own "
+    "measurement shows a rule ahead."
 )
 
 
