@@ -37,8 +37,7 @@ def add_commands(sub: Any) -> None:
     select = sub.add_parser(
         "select",
         help="write a new dataset of the conversations a rule ranks first (docs/select.md)",
-        description="Write a new dataset of the conversations a rule ranks first "
-        "(docs/select.md).",
+        description="Write a new dataset of the conversations a rule ranks first (docs/select.md).",
         epilog=MEASURED,
     )
     select.add_argument("dataset", metavar="DATASET", help="a finished run's output directory")
