@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ def _module(name: str) -> ModuleType:
 
 def _run(ids: dict[str, list[int]], accepted: dict[str, int], verify: int = 10) -> dict:
     """measure.py's shape: per output its ids and (committed tokens, verify steps)."""
-    outputs = [
+    outputs: list[dict[str, Any]] = [
         {"id": k, "output_ids": v, "accept": [verify + accepted[k], verify]} for k, v in ids.items()
     ]
     total = sum(o["accept"][0] for o in outputs) / sum(o["accept"][1] for o in outputs)
