@@ -21,6 +21,9 @@
 # lossless_mismatches, selection, selection_table, accept_length_by_mode, modes_table).
 # Everything lands in trainers/work/lab/ (LAB_WORK moves it). LAB_TABLES picks the tables
 # (default "main selection modes"; selection needs main): `LAB_TABLES=modes` runs that one.
+# LAB_TABLES=real: the real-model tables (trainers/lab/real.sh, docs/lab-real.md): a pretrained
+# target (SmolLM2-135M-Instruct), real prompts with their authors' answers, drafts with seeds
+# and intervals, the learning curve and selection on it; its entry goes to docs/lab-results.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SMALL=0
@@ -135,8 +138,16 @@ if table modes; then
   source trainers/lab/modes.sh
   SUMMARY_ARGS+=(--modes "$WORK/modes/table.json")
 fi
+if table real; then source trainers/lab/real.sh; fi
 
 step "summary"
 python3 trainers/lab/summary.py "$WORK/summary.json" "${SUMMARY_ARGS[@]}"
+if table real; then  # the real tables: seeds, intervals, the learning curve, a results entry
+  PLOT=docs/lab-real-learning-curve.png
+  [ "$SMALL" = 1 ] && PLOT=docs/lab-real-learning-curve-small.png
+  LAB_SECONDS=$(( $(date +%s) - T0 )) PYTHONPATH=$PWD/src "$SPEC" trainers/lab/real_tables.py \
+    "$WORK/summary.json" "$WORK/real" "$TARGET" $([ "$SMALL" = 1 ] && echo --small) \
+    --results docs/lab-results.md --plot "$PLOT"
+fi
 echo "lab time: $(( $(date +%s) - T0 )) s"
 echo "summary: $WORK/summary.json"

