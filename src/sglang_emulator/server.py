@@ -92,24 +92,6 @@ class Emulator:
     def __init__(self, args: EmulatorArgs, vocab: Vocab) -> None:
         self.args = args
         self.vocab = vocab
-        model = FakeModel(
-            vocab,
-            mean_output_tokens=args.emu_mean_output_tokens,
-            max_output_tokens=args.emu_max_output_tokens,
-            sigma=args.emu_output_sigma,
-            tool_call_rate=args.emu_tool_call_rate,
-        )
-        # --emu-output-by-max-new: one model per tier length, chosen by max_new_tokens.
-        by_max_new = {
-            max_new: FakeModel(
-                vocab,
-                mean_output_tokens=mean,
-                max_output_tokens=args.emu_max_output_tokens,
-                sigma=args.emu_output_sigma,
-                tool_call_rate=args.emu_tool_call_rate,
-            )
-            for max_new, mean in output_by_max_new(args.emu_output_by_max_new or "").items()
-        }
         context = args.context_length or vocab.meta.context_length
         profile = PROFILES[args.emu_physics] if args.emu_physics else None
         max_total = args.emu_max_total_tokens or (
@@ -126,7 +108,7 @@ class Emulator:
         self.backend: Backend = (
             load_backend(args.emu_model_backend, args, settings, vocab)
             if args.emu_model_backend
-            else FakeBackend(model, by_max_new)
+            else _fake_backend(args, vocab)
         )
         self.batcher = Batcher(self.backend) if self.backend.max_batch > 1 else None
         self.speculator = self._speculator(args, settings)
@@ -484,6 +466,29 @@ class Emulator:
             raise
         finally:
             self.inflight.discard(item.rid)
+
+
+def _fake_backend(args: EmulatorArgs, vocab: Vocab) -> FakeBackend:
+    """The fake model (one per tier length with ``--emu-output-by-max-new``)."""
+    model = FakeModel(
+        vocab,
+        mean_output_tokens=args.emu_mean_output_tokens,
+        max_output_tokens=args.emu_max_output_tokens,
+        sigma=args.emu_output_sigma,
+        tool_call_rate=args.emu_tool_call_rate,
+    )
+    # --emu-output-by-max-new: one model per tier length, chosen by max_new_tokens.
+    by_max_new = {
+        max_new: FakeModel(
+            vocab,
+            mean_output_tokens=mean,
+            max_output_tokens=args.emu_max_output_tokens,
+            sigma=args.emu_output_sigma,
+            tool_call_rate=args.emu_tool_call_rate,
+        )
+        for max_new, mean in output_by_max_new(args.emu_output_by_max_new or "").items()
+    }
+    return FakeBackend(model, by_max_new)
 
 
 def resolve_model_path(path: str) -> Path:

@@ -16,13 +16,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from sglang_emulator.sampling import Sampling  # noqa: E402
 from sglang_emulator_transformers import (  # noqa: E402
     ModelGenerator,
     Scorer,
     TransformersTarget,
     generate_batch,
 )
-from sglang_emulator.sampling import Sampling  # noqa: E402
 
 VOCAB = 97
 STEPS = 3

