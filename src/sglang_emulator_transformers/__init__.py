@@ -121,6 +121,7 @@ class Eagle3Chain:
         from speculators.models.eagle3 import Eagle3DraftModel
 
         self.rejection_sampling = rejection_sampling
+        self._memo: tuple[list[int], int, Any] | None = None  # (ids, positions, step-0 cache)
         self.model = Eagle3DraftModel.from_pretrained(str(path), dtype=torch.float32).eval()
         d2t = getattr(self.model, "d2t", None)
         n = self.model.lm_head.weight.shape[0]
@@ -147,7 +148,12 @@ class Eagle3Chain:
         return aux
 
     def _step(
-        self, hidden: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, cache: Any
+        self,
+        hidden: torch.Tensor,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        cache: Any,
+        mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass of the draft's layers (``Eagle3DraftModel.forward``'s loop body)."""
         m = self.model
@@ -156,7 +162,7 @@ class Eagle3Chain:
         for layer in m.layers:
             h = layer(
                 h,
-                attention_mask=None,
+                attention_mask=mask,
                 position_ids=positions,
                 past_key_values=cache,
                 position_embeddings=emb,
@@ -174,12 +180,27 @@ class Eagle3Chain:
 
         m = self.model
         n = aux.shape[0]
-        with torch.no_grad():
-            hidden = m.fc(self._features(aux.unsqueeze(0)))
-            tokens = torch.tensor([ids[1:]])
-            positions = torch.arange(1, n + 1).unsqueeze(0)
+        # Step 0 of an accepted position never changes (its target features and next token are
+        # fixed), so its keys stay in the draft's cache from the previous verify step of the
+        # same sequence; only the new positions run (the chain's own entries are cropped).
+        start, cache = 0, None
+        if self._memo is not None:
+            old_ids, old_n, old_cache = self._memo
+            if old_n <= n and ids[: old_n + 1] == old_ids:
+                start, cache = old_n, old_cache
+                cache.crop(start)
+        if cache is None:
             cache = DynamicCache()
-            h, logits = self._step(hidden, tokens, positions, cache)
+        with torch.no_grad():
+            hidden = m.fc(self._features(aux[start:].unsqueeze(0)))
+            tokens = torch.tensor([ids[start + 1 : n + 1]])
+            positions = torch.arange(start + 1, n + 1).unsqueeze(0)
+            mask = None
+            if start > 0 and n - start > 1:  # causal over the cached and the new positions
+                q = torch.arange(start, n).unsqueeze(1)
+                mask = (torch.arange(n).unsqueeze(0) <= q)[None, None]
+            h, logits = self._step(hidden, tokens, positions, cache, mask)
+            self._memo = (list(ids[: n + 1]), n, cache)
             drafts: list[int] = []
             dists: list[list[float]] = []
             for j in range(k):

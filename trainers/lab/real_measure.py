@@ -12,6 +12,7 @@ Per prompt it keeps (committed tokens, verify steps), the groups the bootstrap r
 usage: python real_measure.py TARGET VALIDATION_JSONL MAX_NEW OUT_JSON NAME=DRAFT_DIR...
 """
 
+import copy
 import json
 import random
 import sys
@@ -38,6 +39,27 @@ def stop_ids(target_dir: str) -> frozenset[int]:
     return frozenset(i for i in ids if isinstance(i, int) and i >= 0)
 
 
+class PrefillCache:
+    """The target with each prompt's prefill computed once: every draft (and the plain
+    reference) starts from a copy of the same KV cache, features and logits."""
+
+    def __init__(self, target: TransformersTarget) -> None:
+        self.target = target
+        self.model = target.model
+        self.aux_layers = target.aux_layers
+        self.saved: dict[tuple[int, ...], tuple] = {}
+
+    def forward(self, state, new):  # type: ignore[no-untyped-def]
+        return self.target.forward(state, new)
+
+    def prefill(self, prompt: list[int]):  # type: ignore[no-untyped-def]
+        key = tuple(prompt)
+        if key not in self.saved:
+            self.saved[key] = self.target.prefill(prompt)
+        state, logits = self.saved[key]
+        return copy.deepcopy(state), logits
+
+
 def layers_of(draft: Path) -> tuple[int, ...]:
     config = json.loads((draft / "config.json").read_text())
     return tuple(config["eagle_aux_hidden_state_layer_ids"])
@@ -50,7 +72,7 @@ def main(target_dir: str, validation: str, max_new: str, out: str, *drafts: str)
     torch.manual_seed(0)
     named = [d.split("=", 1) for d in drafts]
     layers = layers_of(Path(named[0][1])) if named else (1, 2, 3)
-    target = TransformersTarget(Path(target_dir), layers)
+    target = PrefillCache(TransformersTarget(Path(target_dir), layers))
     t0 = time.monotonic()
     plain = ModelGenerator(target, None, 0)
     reference = [plain.generate(prompt_of(r), GREEDY, 0, limit, stops)[0] for r in rows]
