@@ -1,7 +1,7 @@
 """The real lab's tables from real_measure.py's measurements: seeds, intervals, a learning curve.
 
-Every accept length is mean ± sd over seeds (draft initialisation and data order; for the
-learning curve's random subsets also which records). Every difference is a paired bootstrap
+Every accept length is mean ± sd over seeds (draft initialisation and data order; the data,
+including each random subset, is fixed). Every difference is a paired bootstrap
 95 % interval over held-out prompts (``eagle3_datagen.report.intervals``): a prompt's group is
 its committed tokens and verify steps summed over the seeds, so the interval covers the prompts'
 spread with the seeds pooled; where it includes 0 the table says "no difference".
@@ -85,7 +85,12 @@ def rows_of(path: Path) -> int:
 
 def main(summary_path: str, real_dir: str, target_dir: str, *opts: str) -> None:
     real = Path(real_dir)
-    measured = json.loads((real / "measure.json").read_text())
+    parts = [json.loads(p.read_text()) for p in sorted(real.glob("measure-*.json"))]
+    measured = parts[0]
+    for part in parts[1:]:  # the drafts were measured by several processes, same prompts
+        if part["ids"] != measured["ids"]:
+            raise SystemExit(f"{real}: the measurements disagree on the held-out prompts")
+        measured["drafts"].update(part["drafts"])
     target = json.loads((Path(target_dir) / "lab-target.json").read_text())
     sides = [half(i) for i in measured["ids"]]
     in_a = [s == "A" for s in sides]
@@ -134,41 +139,28 @@ def main(summary_path: str, real_dir: str, target_dir: str, *opts: str) -> None:
         },
     }
     full_rows = table["train_records"]
-    curve = []
-    fractions = sorted({k.split("-")[1] for k in drafts if k.startswith("random-")}, key=float)
-    for f in fractions:
-        runs = {
-            seed: next(iter(drafts[k].values()))
-            for k in drafts
-            if k.startswith(f"random-{f}-s")
-            for seed in [k.rpartition("-s")[2]]
-        }
-        subsets = [real / f"sub-random-{f}-s{s}/speculators.jsonl" for s in runs]
-        curve.append(
-            {
-                "fraction": float(f),
-                "train_rows": round(sum(rows_of(p) for p in subsets) / len(subsets)),
-                **spread(runs, in_a),
-            }
-        )
-    curve.append({"fraction": 1.0, "train_rows": full_rows, **accept["regenerated"]})
-    random_runs = {
-        f: {
-            k.rpartition("-s")[2]: next(iter(drafts[k].values()))
-            for k in drafts
-            if k.startswith(f"random-{f}-s")
+    fractions = sorted((n.split("-")[1] for n in drafts if n.startswith("random-")), key=float)
+    curve = [
+        {
+            "fraction": float(f),
+            "train_rows": rows_of(real / f"sub-random-{f}/speculators.jsonl"),
+            **spread(drafts[f"random-{f}"], in_a),
         }
         for f in fractions
-    }
+    ]
+    curve.append({"fraction": 1.0, "train_rows": full_rows, **accept["regenerated"]})
     selection = []
     for name, runs in sorted(drafts.items()):
         rule, _, f = name.rpartition("-")
-        if rule in ("random", "untrained", "original", "regenerated") or name.startswith("random-"):
+        if rule in ("", "random") or f not in fractions:
             continue
-        if f not in random_runs:
-            continue
-        diff = difference(runs, random_runs[f], in_a)
-        row = {"rule": rule, "fraction": float(f), **spread(runs, in_a)}
+        diff = difference(runs, drafts[f"random-{f}"], in_a)
+        row = {
+            "rule": rule,
+            "fraction": float(f),
+            "train_rows": rows_of(real / f"sub-{name}/speculators.jsonl"),
+            **spread(runs, in_a),
+        }
         row["ci95_vs_random"] = diff["ci95"]
         row["minus_random"] = diff["mean"]
         row["verdict"] = diff.get("verdict", "better" if diff["mean"] > 0 else "worse")
