@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from eagle3_datagen_cli.arguments import add_dataset
+
 RULES = ("flatness", "deviation", "acceptance", "random")
 
 
@@ -15,9 +17,14 @@ def cmd_select(args: argparse.Namespace) -> int:
     outcome = select_dataset(args.dataset, args.output, args.by, args.keep, args.seed)
     params = ", ".join(f"{k}={v}" for k, v in outcome.request.params.items())
     rule = f"{outcome.request.rule}" + (f" ({params})" if params else "")
+    held = outcome.held_out or {}
     for name, choice in outcome.partitions.items():
         unscored = f", {choice.unscored} without a score" if choice.unscored else ""
-        print(f"{name}: kept {len(choice.kept)} of {choice.conversations} conversations{unscored}")
+        print(
+            f"{name}: kept {len(choice.kept)} of {choice.conversations} training conversations"
+            f"{unscored}; {len(held.get(name, ()))} held-out conversations copied as they are "
+            "(the source's eval split, never ranked)"
+        )
     verb = "already selected" if outcome.already_done else "selected"
     print(f"{verb} by {rule}, keep {args.keep}, seed {args.seed} -> {outcome.root}")
     return 0
@@ -28,7 +35,7 @@ def add_commands(sub: Any) -> None:
         "select",
         help="write a new dataset of the conversations a rule ranks first (docs/select.md)",
     )
-    select.add_argument("dataset", metavar="DATASET", help="a finished run's output directory")
+    add_dataset(select)
     select.add_argument(
         "--by",
         required=True,
