@@ -23,7 +23,7 @@
 # (default "main selection modes"; selection needs main): `LAB_TABLES=modes` runs that one.
 # LAB_TABLES=real: the real-model tables (trainers/lab/real.sh, docs/lab-real.md): a pretrained
 # target (SmolLM2-135M-Instruct), real prompts with their authors' answers, drafts with seeds
-# and intervals, the learning curve and selection on it; its entry goes to docs/lab-results.md.
+# and intervals, the learning curve and selection on it; its entry goes to trainers/lab/RESULTS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SMALL=0
@@ -153,7 +153,7 @@ if table real; then  # the real tables: seeds, intervals, the learning curve, a 
   [ "$SMALL" = 1 ] && PLOT=docs/lab-real-learning-curve-small.png
   LAB_SECONDS=$(( $(date +%s) - T0 )) PYTHONPATH=$PWD/src "$SPEC" trainers/lab/real_tables.py \
     "$WORK/summary.json" "$WORK/real" "$TARGET" $([ "$SMALL" = 1 ] && echo --small) \
-    --results docs/lab-results.md --plot "$PLOT"
+    --results trainers/lab/RESULTS.md --plot "$PLOT"
 fi
 echo "lab time: $(( $(date +%s) - T0 )) s"
 echo "summary: $WORK/summary.json"

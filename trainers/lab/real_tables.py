@@ -265,23 +265,30 @@ def plot(curve: list[dict], accept: dict, out: str) -> None:
     print(f"plot: {out}")
 
 
+REAL_HEADING = "## Real-model tables (`LAB_TABLES=real trainers/lab.sh`, docs/lab-real.md)"
+
+
 def append_results(md: str, text: str, small: bool, table: dict) -> None:
+    """A dated entry at the top of the results file's real-model section (newest first)."""
     path = Path(md)
-    head = (
-        "# The lab's results\n\nDated entries, newest first; each lab run with the real "
-        "tables prepends one (docs/lab-real.md explains how they are made).\n"
-    )
-    old = path.read_text() if path.exists() else head
-    body = old[len(head) :] if old.startswith(head) else old
+    old = path.read_text() if path.exists() else "# The lab's results\n"
+    if REAL_HEADING not in old:
+        old = old.rstrip("\n") + (
+            f"\n\n{REAL_HEADING}\n\nDated entries, newest first: each run with the real "
+            "tables adds one here.\n"
+        )
+    head, _, rest = old.partition(REAL_HEADING)
+    intro, sep, entries = rest.partition("\n### ")
     load = os.getloadavg()
     entry = (
-        f"\n## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
+        f"\n### {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
         f"`LAB_TABLES=real trainers/lab.sh{' --small' if small else ''}`\n\n"
-        f"Machine: {os.cpu_count()} cores, load average {load[0]:.1f} at the end; "
-        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '?')}; lab time "
+        f"Machine: {os.cpu_count()} cores shared with other work, load average {load[0]:.1f} at "
+        f"the end; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '?')}; lab time "
         f"{os.environ.get('LAB_SECONDS', '?')} s.\n\n{text}\n"
     )
-    path.write_text(head + entry + body)
+    body = intro.rstrip("\n") + "\n" + entry + (("\n### " + entries) if sep else "")
+    path.write_text(head + REAL_HEADING + body)
     print(f"results: {path}")
 
 
