@@ -18,6 +18,7 @@ cached in the process, so the flow's own check after the command line's costs no
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ from eagle3_datagen.inputs.prompts import is_parquet
 from eagle3_datagen.provenance import build_fingerprint, diff_content
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.sglang.health import check_listens
+from eagle3_datagen.sglang.pool import split_urls
 from eagle3_datagen.write.manifest import read_manifest
 from eagle3_datagen.write.shards import PartitionOutput
 
@@ -50,6 +53,15 @@ class RunCheck:
     sizes: dict[str, int]  # input lines (JSONL) or rows (Parquet) per partition
     tokenizer: ChatTokenizer
     ids: TokenIds
+
+
+def check_attached_servers(config: PipelineConfig, server_url: str | None) -> None:
+    """Each server an attach run names (``server_url``, or the config's in attach mode) has
+    something listening, or :class:`~eagle3_datagen.errors.ServerStartupError` in the gate's
+    own words after the gate's wait for a refused URL. A launch run has nothing to check."""
+    urls = server_url or (config.server.url if config.server.mode == "attach" else None)
+    for one in split_urls(urls or ""):
+        asyncio.run(check_listens(one))
 
 
 def count_input_lines(path: str | Path) -> int:
