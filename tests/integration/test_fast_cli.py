@@ -24,6 +24,7 @@ from eagle3_datagen.config import load_config
 from eagle3_datagen.demo import demo_config
 from eagle3_datagen.errors import DatagenError
 from eagle3_datagen.precheck import check_before_server
+from tests.support import free_port
 from tests.support.pipeline import CliRun
 
 
@@ -47,6 +48,12 @@ def _flow_says(config_path: Path) -> str:
     return str(err.value)
 
 
+WAITING = (
+    "eagle3-datagen: checking the config and inputs, then starting Prefect's temporary server "
+    "(15-60 s; with PREFECT_API_URL set to a running server it is at once)"
+)
+
+
 def _no_prefect_server(home: Path) -> None:
     assert not (home / "prefect.db").exists(), "Prefect's temporary server was started"
 
@@ -67,8 +74,12 @@ def test_input_output_and_tokenizer_errors_come_before_prefect(tmp_path: Path) -
     for case, path in cases.items():
         out = _cli(home, "run", str(path))
         assert out.returncode == 1, (case, out.stderr)
-        # The flow's own words, as `run` printed them when the flow made this check.
-        assert out.stderr.strip() == f"eagle3-datagen: run failed: {_flow_says(path)}", case
+        # What it waits for, then the flow's own words, as `run` printed them when the flow
+        # made this check.
+        assert out.stderr.splitlines() == [
+            WAITING,
+            f"eagle3-datagen: run failed: {_flow_says(path)}",
+        ], case
         _no_prefect_server(home)
     assert "input file not found for partition 'demo_short'" in _flow_says(cases["missing input"])
     assert "the output directory is a file" in _flow_says(cases["output is a file"])
@@ -87,6 +98,22 @@ def test_a_bad_config_comes_before_prefect(tmp_path: Path) -> None:
     unknown = _cli(home, "run", str(config), "--partition", "nope")
     assert unknown.returncode == 2, unknown.stderr
     assert "nope" in unknown.stderr, unknown.stderr
+    _no_prefect_server(home)
+
+
+def test_an_attached_server_nothing_listens_at_comes_before_prefect(tmp_path: Path) -> None:
+    home = tmp_path / "prefect-home"
+    config = _write(tmp_path / "run.yaml", demo_config(tmp_path / "out").model_dump(mode="json"))
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    out = _cli(home, "run", str(config), "--server-url", dead)
+    assert out.returncode == 1, out.stderr
+    first, last = out.stderr.splitlines()
+    assert first == WAITING
+    # The attach gate's own words, after its 10 s of refusals, without Prefect's start.
+    assert last.startswith(
+        f"eagle3-datagen: run failed: nothing listens at {dead} (connection refused for 1"
+    ), last
+    assert "check the URL" in last, last
     _no_prefect_server(home)
 
 
