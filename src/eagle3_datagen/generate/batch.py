@@ -62,6 +62,7 @@ class PartitionRunner:
         metadata: dict[str, str] | None = None,
         duplicates: dict[int, int] | None = None,
         dropped: dict[int, Similar] | None = None,
+        refused_kwargs: dict[str, str] | None = None,
         supervisor: ServerSupervisor | None = None,
         budget: ServerBudget | None = None,
         run_id: str | None = None,
@@ -79,6 +80,7 @@ class PartitionRunner:
         self.metadata = metadata or {}
         self.duplicates = duplicates or {}  # line -> earlier line with the same id
         self.dropped = dropped or {}  # line -> the earlier prompt it repeats (policy drop)
+        self.refused_kwargs = refused_kwargs or {}  # kwargs_key -> why the template refuses
         self.supervisor = supervisor
         self.budget = budget or ServerBudget()
         self.reuse = reuse or ReusePool()  # results of superseded batches, by prompt key
@@ -112,6 +114,7 @@ class PartitionRunner:
             output=PartitionOutput(config.output_dir, partition),
             duplicates=plan.duplicates,
             dropped=plan.dropped,
+            refused_kwargs=plan.refused_kwargs,
             reuse=plan.reuse,
             **options,
         )
