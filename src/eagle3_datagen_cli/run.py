@@ -39,6 +39,22 @@ def _print_summary(manifest: dict[str, Any], output_dir: str) -> None:
             + f" -> {Path(output_dir) / name}"
         )
     print(f"manifest: {Path(output_dir) / 'manifest.json'}")
+    if any(part.get("rejected") for part in manifest.get("partitions", {}).values()):
+        _print_rejects(output_dir)
+
+
+def _print_rejects(output_dir: str) -> None:
+    """The first rejected lines, each ``file:line: reason``, and how to list them all."""
+    from eagle3_datagen.errors import DatasetError
+    from eagle3_datagen.report.rejected_lines import rejected_lines, rejects_summary
+
+    try:
+        lines = rejected_lines(output_dir)
+    except DatasetError as err:  # the run is done; its summary above stands
+        print(f"rejected lines: cannot read them: {one_line(str(err))}")
+        return
+    for line in rejects_summary(lines, output_dir):
+        print(line)
 
 
 def _check_first(

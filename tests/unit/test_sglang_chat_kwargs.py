@@ -111,10 +111,10 @@ def test_the_plan_rejects_exactly_the_kwargs_sglang_refuses(asset: str) -> None:
     disagree = []
     for case in cases:
         line = case["line"]
-        refused = check_kwargs(
+        probe = check_kwargs(
             tokenizer(asset, case), MODES, None, {case["name"]: (7, line["mode"], line["kwargs"])}
         )
-        stopped = case["name"] in refused  # its line rejected
+        stopped = case["name"] in probe  # its line rejected
         if stopped != (case["status"] != 200):
             disagree.append(f"{case['name']}: SGLang {case['status']}, we stopped: {stopped}")
         if case["status"] != 200 and not isinstance(render_line(asset, case), RenderError):
