@@ -19,7 +19,7 @@ from eagle3_datagen.errors import (
 )
 from eagle3_datagen_cli.console import one_line
 from eagle3_datagen_cli.flow_run import run_pipeline
-from eagle3_datagen_cli.prefect_server import waiting_line
+from eagle3_datagen_cli.prefect_home import waiting_line
 
 
 def _print_summary(manifest: dict[str, Any], output_dir: str) -> None:

@@ -62,7 +62,8 @@ def named_argument_refusal(kwargs: dict[str, Any]) -> str | None:
     keys = ", ".join(repr(k) for k in clash)
     return (
         f"chat_template_kwargs sets {keys}, which SGLang's chat path passes to the chat template "
-        "itself (the request fails with 500 'got multiple values'); remove it from the kwargs"
+        "itself, so SGLang fails the request (500 Internal server error, 400 for "
+        "'conversation'); remove it from the kwargs"
     )
 
 
