@@ -118,11 +118,12 @@ class ServerSpec(StrictModel):
         le=65535,
         description="Launch mode: --port; 0 picks a free port (several servers on one node).",
     )
-    tp_size: int = Field(
+    tp_size: int | None = Field(
         title="Tensor parallel size",
-        default=DEFAULT_TP_SIZE,
+        default=None,
         ge=1,
-        description="--tp-size (GPUs per server).",
+        description=f"--tp-size (GPUs per server); unset: {DEFAULT_TP_SIZE} when launching, and "
+        "an attached server's own is not compared with it.",
     )
     mem_fraction_static: float = Field(
         title="Static memory fraction", default=DEFAULT_MEM_FRACTION, gt=0.0, lt=1.0
@@ -255,6 +256,11 @@ class ServerSpec(StrictModel):
         if self.mode == "attach" and not self.url:
             raise ValueError("server.mode 'attach' needs server.url")
         return self
+
+    @property
+    def launch_tp_size(self) -> int:
+        """The --tp-size a launched server gets."""
+        return self.tp_size if self.tp_size is not None else DEFAULT_TP_SIZE
 
     @property
     def base_url(self) -> str:
