@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from eagle3_datagen.errors import DatagenError
+from eagle3_datagen.errors import ConfigError, DatagenError
 from eagle3_datagen_cli import dataset, evaluate, ops, run, select
 from eagle3_datagen_cli.console import one_line
 from eagle3_datagen_cli.signals import Interrupted
@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except ConfigError as err:  # one line per problem (a config's fields: one each)
+        for line in str(err).splitlines() or [""]:
+            print(f"eagle3-datagen: {one_line(line)}", file=sys.stderr)
+        return 2
     except DatagenError as err:
         print(f"eagle3-datagen: {one_line(str(err))}", file=sys.stderr)
         return 2

@@ -117,6 +117,28 @@ def test_an_attached_server_nothing_listens_at_comes_before_prefect(tmp_path: Pa
     _no_prefect_server(home)
 
 
+def test_several_config_errors_are_one_readable_line_each(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "model: {path: /models/m}\n"
+        "tiers:\n"
+        "  - {name: SHORT, concurrency: -1, max_tokens: 0}\n"
+        "partitions:\n"
+        "  - {name: ../a, input: prompts.jsonl, tier: SHORT}\n"
+        "batch_size: -3\n"
+    )
+    out = _cli(tmp_path / "prefect-home", "run", str(bad))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines() == [
+        f"eagle3-datagen: {bad}:3: tiers.0.concurrency: Input should be greater than or equal "
+        "to 1, or 'auto'",
+        f"eagle3-datagen: {bad}:3: tiers.0.max_tokens: Input should be greater than or equal to 1",
+        f"eagle3-datagen: {bad}:5: partitions.0.name: partition name '../a' is not a safe "
+        "directory name (letters, digits, '_', '-', '.'; no slashes, no '..')",
+        f"eagle3-datagen: {bad}:6: batch_size: Input should be greater than or equal to 1",
+    ], out.stderr
+
+
 def _first_lines(path: Path, src: str, count: int) -> None:
     lines = Path(src).read_text().splitlines(keepends=True)
     assert len(lines) >= count, "the demo input is too short for this test"
