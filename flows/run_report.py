@@ -42,6 +42,7 @@ from eagle3_datagen.report.history import (
     history_entry,
     history_rows,
     read_history,
+    ui_history_rows,
 )
 from eagle3_datagen.report.outcome import RunOutcome
 from eagle3_datagen.report.probe import Baseline, ThroughputProbe
@@ -259,7 +260,7 @@ class RunReport:
                 attempt=self.flow_run.run_count or 1,
             )
             append_history(output_dir, entry)
-            table = history_rows(read_history(output_dir))[-HISTORY_ROWS:]
+            table = ui_history_rows(history_rows(read_history(output_dir))[-HISTORY_ROWS:])
             await acreate_table_artifact(
                 table, key=HISTORY_KEY, description=f"runs into {output_dir}, latest last"
             )
