@@ -143,8 +143,9 @@ async def _reporting(partition: str, progress: Progress) -> AsyncIterator[None]:
         yield
     finally:
         # The partition's clock stops here, so its last line and the run's summary (written
-        # later) show one tok/s, not two readings of a clock still running.
-        progress.finish()
+        # later) show one tok/s, not two readings of a clock still running; lines left now (a
+        # failed or cancelled partition) get no ETA.
+        progress.end()
         # An update on its way finishes before the last one is sent: cancelled mid-request, it
         # could reach the server after the last one and leave the artifact an earlier reading.
         stop.set()
