@@ -169,6 +169,9 @@ async def _run_batches(
 
     async def _batch(spec: Any) -> Any:
         runner.raise_if_server_lost()  # no task run for a batch that cannot succeed
+        done = await runner.committed_before(spec)
+        if done is not None:  # an earlier run's or attempt's: no task run that does nothing
+            return done
         result = await batch_task(runner, spec)
         if isinstance(result, State):  # the task ended Cancelled: the stop goes on
             raise asyncio.CancelledError

@@ -11,6 +11,7 @@ config with its emulator, on the session's Prefect backend.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -139,6 +140,29 @@ def test_several_config_errors_are_one_readable_line_each(tmp_path: Path) -> Non
     ], out.stderr
 
 
+async def _latest_partition_tasks() -> list[str]:
+    """The task run names of the latest partition subflow on the session's Prefect API."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    async with get_client() as client:
+        [sub] = await client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["datagen-partition"])),
+            sort=FlowRunSort.START_TIME_DESC,
+            limit=1,
+        )
+        tasks = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[sub.id]))
+        )
+    return sorted(t.name for t in tasks)
+
+
 def _first_lines(path: Path, src: str, count: int) -> None:
     lines = Path(src).read_text().splitlines(keepends=True)
     assert len(lines) >= count, "the demo input is too short for this test"
@@ -171,6 +195,12 @@ def test_a_rerun_says_what_it_reused_and_failures_names_its_api(tmp_path: Path) 
     summary = [line for line in log if line.startswith("  demo_short: ")]
     assert len(summary) == 1, log[-20:]
     assert "; reused 32 of 64 input lines done by earlier runs ->" in summary[0], summary
+    # The batches the first run committed get no task run in the second (one would only read
+    # their commit markers): its partition's tasks are the two batches left.
+    assert asyncio.run(_latest_partition_tasks()) == [
+        "generate[demo_short/0002]",
+        "generate[demo_short/0003]",
+    ]
 
     from prefect.settings import PREFECT_API_URL
 

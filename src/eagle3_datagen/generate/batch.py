@@ -119,6 +119,15 @@ class PartitionRunner:
             **options,
         )
 
+    async def committed_before(self, spec: BatchSpec) -> BatchSummary | None:
+        """The summary of a batch an earlier run (or attempt) committed, counted as done; None
+        when it is still to do. The partition asks before it starts a task for the batch, so a
+        committed batch gets none (it would only read this marker)."""
+        done = await off_loop(self.output.committed, spec.index, spec.key)
+        if done is not None:
+            self.progress.batch_skipped(done.lines)
+        return done
+
     async def run_batch(self, spec: BatchSpec) -> BatchSummary:
         """Process one batch end to end, or return its summary if it was committed before.
 

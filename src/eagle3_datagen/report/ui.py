@@ -298,7 +298,7 @@ def run_failed_batch_row(partition_link: str, row: dict[str, Any]) -> dict[str, 
     """A partition table's row in the parent's table: the partition (a link to its own table)
     after the row's status, cause and attempts, and the batch as its number alone (its label
     repeats the partition's name)."""
-    lead = {k: row[k] for k in ("status", "cause", "attempts") if k in row}
+    lead: dict[str, Any] = {k: row[k] for k in ("status", "cause", "attempts") if k in row}
     rest = {k: v for k, v in row.items() if k not in lead and k != "batch"}
     batch = str(row.get("batch", "")).rpartition("/")[2]
     return {**lead, "partition": partition_link, "batch": batch, **rest}
