@@ -172,7 +172,10 @@ async def _run_batches(
         done = await runner.committed_before(spec)
         if done is not None:  # an earlier run's or attempt's: no task run that does nothing
             return done
-        result = await batch_task(runner, spec)
+        # Named for its batch from the start: Prefect names a task run '<task name>-<3 hex>'
+        # until it starts, which is all a batch cancelled before it started would show.
+        named = batch_task.with_options(name=f"generate[{spec.label}]")
+        result = await named(runner, spec)
         if isinstance(result, State):  # the task ended Cancelled: the stop goes on
             raise asyncio.CancelledError
         return result
