@@ -22,6 +22,7 @@ from eagle3_datagen.evaluate.measure import measure
 from eagle3_datagen.evaluate.records import held_out_records
 from eagle3_datagen.evaluate.server import check_draft, check_lossless, speculating
 from eagle3_datagen.evaluate.slices import acceptance
+from eagle3_datagen.provenance import server_kind
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.write.dataset_dir import DatasetDir
 from eagle3_datagen.write.shards import atomic_write_bytes
@@ -76,9 +77,12 @@ class EvalResult:
         return out
 
 
-def _server(url: str, settings: Any) -> dict[str, Any]:
+def _server(url: str, settings: Any, info: dict[str, Any]) -> dict[str, Any]:
+    """The server as the eval's JSON and history record it; ``kind`` says whether SGLang or
+    the bundled emulator (which reports the SGLang version it stands in for) answered."""
     return {
         "url": url,
+        "kind": server_kind(info),
         "version": settings.version,
         "algorithm": settings.algorithm,
         "draft_model_path": settings.draft_model_path,
@@ -106,7 +110,7 @@ async def _measure(opts: EvalOptions, on_done: Callable[[int], None] | None) -> 
         "started": started.isoformat(timespec="seconds"),
         "ended": datetime.now(UTC).isoformat(timespec="seconds"),
         "dataset": {"path": str(ds.root), "content_sha256": ds.content_sha256},
-        "server": _server(opts.server_url, settings),
+        "server": _server(opts.server_url, settings, info),
         "split": held.split.summary(),
         "images_left_out": held.images_left_out,
         "records": len(measured),

@@ -150,11 +150,20 @@ def partition_summary(output_dir: str, partition: str, progress: Progress | None
     return summary
 
 
-def summary_description(rows: list[dict[str, Any]], output_dir: str) -> str:
+EMULATED = "EMULATED: the bundled SGLang emulator made these tokens, not SGLang (test data)"
+
+
+def summary_description(
+    rows: list[dict[str, Any]], output_dir: str, *, emulated: bool = False
+) -> str:
+    """The summary's one line: partitions, records, output, what failed; data the emulator
+    made says so first (the UI shows no dataset card)."""
     failed = [r["partition"] for r in rows if r["status"] not in ("completed", REUSED, CANCELLED)]
     cancelled = [r["partition"] for r in rows if r["status"] == CANCELLED]
     accepted = sum(int(r["accepted"]) for r in rows)
     head = f"{len(rows)} partitions, {accepted} records accepted in this run, output {output_dir}"
+    if emulated:
+        head = f"{EMULATED}; {head}"
     if cancelled:
         head += f"; CANCELLED: {', '.join(cancelled)}"
     return head + (f"; FAILED: {', '.join(failed)}" if failed else "")
