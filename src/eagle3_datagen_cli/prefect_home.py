@@ -31,7 +31,9 @@ def _may_set_api_or_database(path: Path) -> bool:
         text = path.read_text(errors="replace").lower()
     except OSError:
         return False
-    return any(word in text for word in ("api_url", "connection_url", "[api]", "[server"))
+    if path.name == "pyproject.toml" and "tool.prefect" not in text:
+        return False  # Prefect reads only its [tool.prefect] tables there
+    return any(word in text for word in ("api_url", "connection_url", "[api]", "[server", "api."))
 
 
 def glance_local_database() -> Path | None:
