@@ -1,11 +1,11 @@
 """The ``eagle3-datagen`` command: run, demo, emulator, validate, export, history, coverage,
-select, failures, alarm. This module parses the arguments, calls the command and turns its end
-into one line and an exit status.
+rejects, select, eval, failures, alarm. This module parses the arguments, calls the command and
+turns its end into one line (a config's errors: one line each) and an exit status.
 
 The top layer: it starts the flows (and sets the Prefect settings a local run needs), so the
 library below never imports Prefect. Prefect is imported only by the commands that use it, so
 ``eagle3-datagen emulator`` starts fast. Each group of commands is its own module: ``run.py``
-(run, demo), ``dataset.py`` (validate, export, history, coverage), ``select.py`` (select),
+(run, demo), ``dataset.py`` (validate, export, history, coverage, rejects), ``select.py`` (select),
 ``ops.py`` (failures, alarm).
 """
 
