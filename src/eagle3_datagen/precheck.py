@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.errors import InputFileError, OutputConflictError, OutputWriteError
+from eagle3_datagen.generate.kwargs_probe import check_kwargs
 from eagle3_datagen.generate.plan import load_tokenizer
 from eagle3_datagen.inputs.prompts import is_parquet
 from eagle3_datagen.provenance import build_fingerprint, diff_content
@@ -206,7 +207,8 @@ def check_before_server(
     """Check names, inputs, tokenizer, special tokens and output; raise the first kind that
     fails.
 
-    Raises ConfigError (unknown partition), InputFileError (every unusable input, one line
+    Raises ConfigError (unknown partition, model or mode kwargs the chat template refuses),
+    InputFileError (every unusable input, one line
     each), TokenizerError (tokenizer, chat template or a special token), OutputWriteError (the
     output path cannot be written), OutputConflictError (the output holds data made under other
     settings of the config; not with ``overwrite``; None leaves the output to the caller).
@@ -219,6 +221,8 @@ def check_before_server(
     check_inputs(config, names, sizes)
     tokenizer = load_tokenizer(config)
     ids = TokenIds.resolve(tokenizer, config.special_tokens)
+    for name in names:  # the model's and each assigned mode's kwargs (a line's: its plan)
+        check_kwargs(tokenizer, config.model.modes, config.partition(name).modes, {})
     if overwrite is not None:
         check_output(config, tokenizer, names, overwrite=overwrite)
     return RunCheck(names=names, sizes=sizes, tokenizer=tokenizer, ids=ids)

@@ -118,6 +118,22 @@ def test_an_attached_server_nothing_listens_at_comes_before_prefect(tmp_path: Pa
     _no_prefect_server(home)
 
 
+def test_a_mode_the_chat_template_refuses_comes_before_prefect(tmp_path: Path) -> None:
+    home = tmp_path / "prefect-home"
+    config = demo_config(tmp_path / "out").model_dump(mode="json")
+    config["model"]["modes"] = {"odd": {"add_generation_prompt": False}}
+    config["partitions"][0]["modes"] = {"odd": 1.0}
+    out = _cli(home, "run", str(_write(tmp_path / "run.yaml", config)))
+    assert out.returncode == 2, out.stderr
+    first, last = out.stderr.splitlines()
+    assert first == WAITING
+    assert last.startswith(
+        'eagle3-datagen: model.modes.odd {"add_generation_prompt":false}: SGLang\'s chat path '
+        "refuses the request: chat_template_kwargs sets 'add_generation_prompt'"
+    ), last
+    _no_prefect_server(home)
+
+
 def test_several_config_errors_are_one_readable_line_each(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(
