@@ -46,7 +46,7 @@ def test_failures_reads_the_local_database_a_run_left(tmp_path: Path) -> None:
     # its server listens but never answers; a missing input, or a URL nothing listens at,
     # fails before Prefect starts) ...
     config = demo_config(tmp_path / "out").model_dump(mode="json")
-    config["server"]["startup_timeout_s"] = 2
+    config["server"]["limits"]["startup_timeout_s"] = 2
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
