@@ -20,21 +20,24 @@ def test_the_readme_line_agrees_with_results_md() -> None:
 def test_the_line_is_the_latest_full_run_with_its_misses() -> None:
     full = markdown(
         [
+            *(Figure(p, "ratio", "1.0x", "<= 1.1x", ok=True) for p in "abdef"),
             Figure("c", "peak RSS, big / small", "1.05x (260 / 248 MB)", "<= 1.15x", ok=True),
             Figure("g", "client CPU per record", "3.62 ms; later 3.29 ms", "<= 1 ms", ok=False),
         ]
     )
+    part_c = markdown([Figure("c", "peak RSS, big / small", "1.3x", "<= 1.15x", ok=False)])
     quick = markdown([Figure("c", "peak RSS, big / small", "1.90x", "<= 1.15x", ok=False)])
     text = ""
     for date, mode, table in (
         ("2026-12-01 16:52 UTC", "full", full),
-        ("2026-12-05", "quick", quick),
+        ("2026-12-05 01:00 UTC", "quick", quick),
+        ("2026-12-05 02:00 UTC", "full", part_c),  # --only c: not a full run
     ):
         entry = results_md.entry(machine(date), mode, 1.0, table)
         text = f"# Benchmark results\n\n{entry}\n\n" + text.removeprefix("# Benchmark results\n\n")
     line = readme_summary.summary(text)
     assert line == (
-        "Latest full run (2026-12-01 16:52 UTC): 1 of 2 figures at their targets; below "
+        "Latest full run (2026-12-01 16:52 UTC): 6 of 7 figures at their targets; below "
         "target: (g) client CPU per record 3.62 ms against <= 1 ms."
     )
     assert readme_summary.summary("# Benchmark results\n") == "No full benchmark run recorded yet."
