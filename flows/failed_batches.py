@@ -33,6 +33,7 @@ from prefect.states import State
 from eagle3_datagen.report.ui import (
     FAILED_BATCHES_PREFIX,
     SUPERSEDED,
+    run_failed_batch_row,
     run_failed_batches_description,
     superseded_description,
 )
@@ -75,7 +76,7 @@ async def failed_batch_tables(
                 table = _rows(found[0])
                 link = artifact_link(ui_url, str(found[0].id))
                 links[name] = (len(table), link)
-                rows += [{"partition": f"[{name}]({link})", **row} for row in table]
+                rows += [run_failed_batch_row(f"[{name}]({link})", row) for row in table]
     return links, rows
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +22,7 @@ from prefect.states import State
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.errors import PartitionFailed
 from eagle3_datagen.generate.batch import PartitionRunner, connect_partition
-from eagle3_datagen.generate.context import RunContext
+from eagle3_datagen.generate.context import PartitionJob, RunContext
 from eagle3_datagen.generate.plan import PartitionPlan, plan_partition
 from eagle3_datagen.generate.windowed import run_windowed
 from eagle3_datagen.inputs.near_dups import similar_summary
@@ -143,8 +144,9 @@ async def _reporting(partition: str, progress: Progress) -> AsyncIterator[None]:
         yield
     finally:
         # The partition's clock stops here, so its last line and the run's summary (written
-        # later) show one tok/s, not two readings of a clock still running.
-        progress.finish()
+        # later) show one tok/s, not two readings of a clock still running; lines left now (a
+        # failed or cancelled partition) get no ETA.
+        progress.end()
         # An update on its way finishes before the last one is sent: cancelled mid-request, it
         # could reach the server after the last one and leave the artifact an earlier reading.
         stop.set()
@@ -168,7 +170,13 @@ async def _run_batches(
 
     async def _batch(spec: Any) -> Any:
         runner.raise_if_server_lost()  # no task run for a batch that cannot succeed
-        result = await batch_task(runner, spec)
+        done = await runner.committed_before(spec)
+        if done is not None:  # an earlier run's or attempt's: no task run that does nothing
+            return done
+        # Named for its batch from the start: Prefect names a task run '<task name>-<3 hex>'
+        # until it starts, which is all a batch cancelled before it started would show.
+        named = batch_task.with_options(name=f"generate[{spec.label}]")
+        result = await named(runner, spec)
         if isinstance(result, State):  # the task ended Cancelled: the stop goes on
             raise asyncio.CancelledError
         return result
@@ -199,16 +207,11 @@ async def generate_partition(
     Stopped (Ctrl-C, Cancel), it ends Cancelled once its batches in flight have.
     """
     async with cancel_on_sigterm():
+        job = PartitionJob(
+            config, partition, server_url, context_length, max_req_input_len, parquet_metadata, run
+        )
         try:
-            return await _generate(
-                config,
-                partition,
-                server_url,
-                context_length,
-                max_req_input_len,
-                parquet_metadata,
-                run,
-            )
+            return await _generate(job)
         except asyncio.CancelledError:
             message = f"{partition}: the run was stopped before this partition finished"
             state = cancelled(message)
@@ -220,35 +223,19 @@ async def generate_partition(
             return state  # type: ignore[return-value]
 
 
-async def _generate(
-    config: PipelineConfig,
-    partition: str,
-    server_url: str,
-    context_length: int | None = None,
-    max_req_input_len: int | None = None,
-    parquet_metadata: dict[str, str] | None = None,
-    run: RunContext | None = None,
-) -> dict[str, Any]:
+async def _generate(job: PartitionJob) -> dict[str, Any]:
     """The partition's records: plan, client, batches, its failed-batches table."""
     logger = get_run_logger()
+    config, partition = job.config, job.partition
+    run = job.run
     if run is None:
         run = RunContext.standalone(config, run_key=str(prefect.runtime.flow_run.id))
+        job = dataclasses.replace(job, run=run)
         logger.info(f"{partition}: standalone run: no server supervisor")
     plan = await _plan(config, partition, logger)
     api_key = await api_key_for(config.server)
-    async with connect_partition(config, partition, server_url, api_key) as client:
-        runner = PartitionRunner.from_plan(
-            plan,
-            config=config,
-            partition=partition,
-            client=client,
-            context_length=context_length,
-            max_req_input_len=max_req_input_len,
-            metadata=parquet_metadata,
-            supervisor=run.supervisor,
-            budget=run.budget,
-            run_id=run.run_key[:8],  # rids name the flow run that sent them
-        )
+    async with connect_partition(config, partition, job.server_url, api_key) as client:
+        runner = PartitionRunner.from_plan(plan, job, client)  # rids name the flow run
         progress = runner.progress
         progress.total_lines = plan.total_lines
         run.meter.track(partition, progress)

@@ -257,9 +257,7 @@ async def datagen(
         config: The pipeline configuration (same schema as the YAML files in configs/).
     """
     logger = get_run_logger()
-    names = partitions or [p.name for p in config.partitions]
-    for name in names:
-        config.partition(name)  # unknown names fail before anything starts
+    names = [p.name for p in config.select(partitions)]  # unknown names fail here
     flow_run = await _this_run(names, logger)
     meter = RunMeter()
     outcome = RunOutcome(names)

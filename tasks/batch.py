@@ -54,7 +54,7 @@ async def generate_batch(runner: PartitionRunner, spec: BatchSpec) -> BatchSumma
     (the cancellation lands in the engine), while here it ends Cancelled like any batch."""
     try:
         attempt = prefect.runtime.task_run.run_count
-        delay = retry_delay_s(runner.config.retries.batch_retry_delay_s, attempt)
+        delay = retry_delay_s(runner.retries.batch_retry_delay_s, attempt)
         if delay > 0:
             get_run_logger().info("%s: retry %d in %.0f s", spec.label, attempt - 1, delay)
             await asyncio.sleep(delay)

@@ -18,6 +18,7 @@ cached in the process, so the flow's own check after the command line's costs no
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +29,14 @@ import pyarrow.parquet as pq
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.errors import InputFileError, OutputConflictError, OutputWriteError
+from eagle3_datagen.generate.kwargs_probe import check_kwargs
 from eagle3_datagen.generate.plan import load_tokenizer
 from eagle3_datagen.inputs.prompts import is_parquet
 from eagle3_datagen.provenance import build_fingerprint, diff_content
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.sglang.health import check_listens
+from eagle3_datagen.sglang.pool import split_urls
 from eagle3_datagen.write.manifest import read_manifest
 from eagle3_datagen.write.shards import PartitionOutput
 
@@ -50,6 +54,15 @@ class RunCheck:
     sizes: dict[str, int]  # input lines (JSONL) or rows (Parquet) per partition
     tokenizer: ChatTokenizer
     ids: TokenIds
+
+
+def check_attached_servers(config: PipelineConfig, server_url: str | None) -> None:
+    """Each server an attach run names (``server_url``, or the config's in attach mode) has
+    something listening, or :class:`~eagle3_datagen.errors.ServerStartupError` in the gate's
+    own words after the gate's wait for a refused URL. A launch run has nothing to check."""
+    urls = server_url or (config.server.url if config.server.mode == "attach" else None)
+    for one in split_urls(urls or ""):
+        asyncio.run(check_listens(one))
 
 
 def count_input_lines(path: str | Path) -> int:
@@ -160,10 +173,10 @@ def check_output(
         )
 
 
-def check_inputs(config: PipelineConfig, names: list[str], sizes: dict[str, int]) -> None:
+def check_inputs(config: PipelineConfig, names: list[str] | None, sizes: dict[str, int]) -> None:
     """Every selected partition is known (ConfigError) and its input usable (InputFileError,
     every unusable input one line each); ``sizes`` gets each readable input's line count."""
-    parts = [config.partition(name) for name in names]  # ConfigError names the unknown one
+    parts = config.select(names)  # ConfigError names the unknown one
     problems: list[str] = []
     for part in parts:
         result = input_problem(part.name, part.input)
@@ -178,7 +191,7 @@ def check_inputs(config: PipelineConfig, names: list[str], sizes: dict[str, int]
 def check_inputs_and_output(config: PipelineConfig, partitions: list[str] | None) -> None:
     """The checks of :func:`check_before_server` that need no tokenizer: partition names,
     input files, an output path this user can write. Same errors, same words."""
-    check_inputs(config, list(partitions or [p.name for p in config.partitions]), {})
+    check_inputs(config, partitions, {})
     problem = output_path_problem(config.output_dir)
     if problem is not None:
         raise OutputWriteError(problem)
@@ -194,7 +207,8 @@ def check_before_server(
     """Check names, inputs, tokenizer, special tokens and output; raise the first kind that
     fails.
 
-    Raises ConfigError (unknown partition), InputFileError (every unusable input, one line
+    Raises ConfigError (unknown partition, model or mode kwargs the chat template refuses),
+    InputFileError (every unusable input, one line
     each), TokenizerError (tokenizer, chat template or a special token), OutputWriteError (the
     output path cannot be written), OutputConflictError (the output holds data made under other
     settings of the config; not with ``overwrite``; None leaves the output to the caller).
@@ -202,11 +216,13 @@ def check_before_server(
     readable input's line count as it is found, so a caller reporting a failed check still
     knows the partitions' sizes.
     """
-    names = list(partitions or [p.name for p in config.partitions])
+    names = [p.name for p in config.select(partitions)]  # ConfigError: an unknown one
     sizes = {} if sizes is None else sizes
     check_inputs(config, names, sizes)
     tokenizer = load_tokenizer(config)
     ids = TokenIds.resolve(tokenizer, config.special_tokens)
+    for name in names:  # the model's and each assigned mode's kwargs (a line's: its plan)
+        check_kwargs(tokenizer, config.model.modes, config.partition(name).modes, {})
     if overwrite is not None:
         check_output(config, tokenizer, names, overwrite=overwrite)
     return RunCheck(names=names, sizes=sizes, tokenizer=tokenizer, ids=ids)

@@ -1,5 +1,5 @@
-"""``eagle3-datagen validate``, ``export``, ``history`` and ``coverage``: a finished dataset,
-read offline (no Prefect, no server)."""
+"""``eagle3-datagen validate``, ``export``, ``history``, ``coverage`` and ``rejects``: a finished
+dataset, read offline (no Prefect, no server)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from eagle3_datagen.errors import ConfigError
+from eagle3_datagen_cli.arguments import add_dataset
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -109,12 +110,32 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     return 1 if args.strict and cov.flagged else 0
 
 
+def cmd_rejects(args: argparse.Namespace) -> int:
+    """Every rejected line of the dataset, ``file:line: reason`` each, then the count."""
+    from eagle3_datagen.report.rejected_lines import rejected_lines
+
+    lines = rejected_lines(args.dataset, args.partition)
+    for one in lines:
+        print(one.text())
+    print(f"{len(lines)} rejected in {args.dataset}")
+    return 0
+
+
+def _add_rejects(sub: Any) -> None:
+    rejects = sub.add_parser(
+        "rejects", help="every rejected line of a dataset: file:line: reason (rejects/*.parquet)"
+    )
+    rejects.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    rejects.add_argument("--partition", action="append", metavar="NAME", help="only this one")
+    rejects.set_defaults(func=cmd_rejects)
+
+
 def _add_coverage(sub: Any) -> None:
     coverage = sub.add_parser(
         "coverage",
         help="the dataset's mix beside the config's serving profile, off dimensions flagged",
     )
-    coverage.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    add_dataset(coverage)
     coverage.add_argument(
         "--config",
         metavar="CONFIG",
@@ -133,7 +154,7 @@ def _add_validate(sub: Any) -> None:
     validate = sub.add_parser(
         "validate", help="re-validate every record of a finished dataset (exit 1 if any fails)"
     )
-    validate.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    add_dataset(validate)
     validate.add_argument(
         "--tokenizer", metavar="PATH", help="tokenizer path, if it moved since the run"
     )
@@ -149,7 +170,7 @@ def _add_validate(sub: Any) -> None:
 
 def _add_export(sub: Any) -> None:
     export = sub.add_parser("export", help="write a dataset as a trainer's JSONL")
-    export.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    add_dataset(export)
     export.add_argument("--format", required=True, choices=["specforge", "speculators"])
     export.add_argument("--output", required=True, metavar="PATH", help="JSONL file to write")
     export.add_argument(
@@ -207,7 +228,7 @@ def _add_history(sub: Any) -> None:
         help="runs side by side (records, rates, tok/s, output lengths, wall time per "
         "partition), then the evals",
     )
-    history.add_argument("dataset", nargs="+", metavar="DIR", help="output directories")
+    add_dataset(history, many=True)
     history.add_argument("--partition", action="append", metavar="NAME", help="only this one")
     history.add_argument("--last", type=int, metavar="N", help="only the last N rows")
     history.add_argument(
@@ -224,8 +245,9 @@ def _add_history(sub: Any) -> None:
 
 
 def add_commands(sub: Any) -> None:
-    """The validate, export, history and coverage subcommands, in that order."""
+    """The validate, export, history, coverage and rejects subcommands, in that order."""
     _add_validate(sub)
     _add_export(sub)
     _add_history(sub)
     _add_coverage(sub)
+    _add_rejects(sub)

@@ -86,7 +86,8 @@ def test_a_retry_reuses_labels_and_supersedes(
     slow = EmulatorProcess(*SLOW_LONG, port=port, log_dir=tmp_path / "slow").wait_ready()
     config = demo_config(tmp_path / "out").model_dump(mode="json")
     config["tiers"][0]["max_tokens"] = 16  # SHORT
-    config["server"].update(request_timeout_s=2, lost_after_failures=1000)
+    config["server"]["limits"]["request_timeout_s"] = 2
+    config["server"]["recovery"]["lost_after_failures"] = 1000
     config["retries"].update(
         max_attempts=1, backoff_initial_s=0.1, batch_retries=1, batch_retry_delay_s=[0.2]
     )
@@ -105,8 +106,10 @@ def test_a_retry_reuses_labels_and_supersedes(
         # The parent's Artifacts tab: this attempt's failed batches, each partition's linked.
         [table] = _versions(srv, "failed-batches", [run_id])
         rows = _rows(table)
-        assert [r["batch"] for r in rows] == ["demo_long/0000", "demo_long/0001"], rows
+        assert [r["batch"] for r in rows] == ["0000", "0001"], rows
         assert all(r["partition"].startswith("[demo_long](") for r in rows), rows
+        # What an operator decides on first leads (on screen at 1400 px).
+        assert list(rows[0])[:4] == ["status", "cause", "attempts", "partition"], rows
         assert "timeout" in rows[0]["cause"] and rows[0]["attempts"] == 2, rows
         # The summary leads with what an operator reads first.
         [summary] = _versions(srv, "datagen-summary", [run_id])

@@ -7,6 +7,7 @@ import re
 from eagle3_datagen.report.progress import Progress
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import run_progress_markdown, summary_row
+from eagle3_datagen.write.shards import BatchSummary
 
 
 def test_a_retried_batch_counts_its_lines_once() -> None:
@@ -18,14 +19,7 @@ def test_a_retried_batch_counts_its_lines_once() -> None:
         p.batch_started(index, 1)  # one input reject
         for _ in range(15):
             p.line_done(index, 100)
-        p.batch_committed(
-            index,
-            lines=16,
-            accepted=15,
-            rejected=1,
-            truncated=2,
-            rejects_by_reason={"bad_input": 1},
-        )
+        p.batch_committed(BatchSummary("p", index, 0, 16, 15, 1, 2, {"bad_input": 1}))
     p.attempt(1)
     p.batch_started(1, 0)
     for _ in range(10):
@@ -38,7 +32,7 @@ def test_a_retried_batch_counts_its_lines_once() -> None:
     assert p.done == 55  # the 3 lost in flight are not done any more
     for _ in range(9):
         p.line_done(1, 100)
-    p.batch_committed(1, lines=16, accepted=16, rejected=0, truncated=0, rejects_by_reason={})
+    p.batch_committed(BatchSummary("p", 1, 0, 16, accepted=16))
     assert p.done == 64 == p.total_lines  # never 83/64
     assert p.attempts == {0: 1, 2: 1, 3: 1, 1: 2}
     assert p.output_tokens == 45 * 100 + 19 * 100  # each response once
@@ -156,3 +150,24 @@ def test_retries_before_any_line_say_so() -> None:
     p.finish()
     clock.now = 90.0  # a finished partition's clock has stopped
     assert p.elapsed() == 30.0
+
+
+def test_a_partition_that_ended_with_lines_left_keeps_no_eta() -> None:
+    """Failed or cancelled: its own progress line (the subflow's artifact) says how many lines
+    are left, not when they will be done; a completed one says 0.0m."""
+    clock = FakeClock()
+    p = Progress(total_lines=64, clock=clock)
+    p.batch_started(0, 0)
+    for _ in range(24):
+        clock.now += 1.0
+        p.line_done(0, 100)
+    assert p.eta() == "0.7m"
+    p.end()
+    clock.now += 600
+    assert p.eta() == "- (ended with 40 lines left)"
+    assert p.line().endswith("ETA=- (ended with 40 lines left)")
+    done = Progress(total_lines=1, clock=clock)
+    done.batch_started(0, 0)
+    done.line_done(0, 100)
+    done.end()
+    assert done.eta() == "0.0m"

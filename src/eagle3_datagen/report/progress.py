@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from eagle3_datagen.write.shards import BatchSummary
+
 
 def format_eta(seconds: float) -> str:
     if seconds == float("inf"):
@@ -55,6 +57,7 @@ class Progress:
     output_tokens: int = 0  # returned by the server in this run
     started: float = math.nan
     finished: float | None = None
+    ended: bool = False  # the partition ended (end()): lines left are not to come
     clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
     # Lines of batches committed before this run (skipped), and of batches committed in it.
     skipped_lines: int = 0
@@ -104,25 +107,16 @@ class Progress:
         self._last_line_at = self.clock()
         self._retries_since_line = 0
 
-    def batch_committed(
-        self,
-        index: int,
-        *,
-        lines: int,
-        accepted: int,
-        rejected: int,
-        truncated: int,
-        rejects_by_reason: dict[str, int],
-    ) -> None:
+    def batch_committed(self, summary: BatchSummary) -> None:
         """The batch's Parquet and marker are written: its counts join this run's totals."""
-        self._open.pop(index, None)
-        self.lines += lines
-        self.accepted += accepted
-        self.rejected += rejected
-        self.truncated += truncated
+        self._open.pop(summary.index, None)
+        self.lines += summary.lines
+        self.accepted += summary.accepted
+        self.rejected += summary.rejected
+        self.truncated += summary.truncated
         self.batches += 1
-        self.committed.append(index)
-        self.rejects_by_reason.update(rejects_by_reason)
+        self.committed.append(summary.index)
+        self.rejects_by_reason.update(summary.rejects_by_reason)
 
     def batch_failed(self, index: int) -> None:
         """The attempt at batch ``index`` failed: its lines are not done (a retry redoes them)."""
@@ -148,6 +142,12 @@ class Progress:
     def finish(self) -> None:
         if self.finished is None:
             self.finished = self.clock()
+
+    def end(self) -> None:
+        """The partition ended (its clock stops): lines left now will not be done by this run,
+        so no ETA is shown for them."""
+        self.finish()
+        self.ended = True
 
     def _now(self) -> float:
         return self.finished if self.finished is not None else self.clock()
@@ -190,10 +190,12 @@ class Progress:
     def eta(self) -> str:
         """Time left at this run's line rate: ``12.5m``, ``3.1h``, ``?`` before any line, or
         ``? (no line finished for 6.2m; 4 retries since)`` once the rate no longer describes
-        the run (see the module doc)."""
+        the run (see the module doc); none once the partition ended with lines left."""
         remaining = max(self.total_lines - self.done, 0)
         if remaining == 0:
             return format_eta(0.0)
+        if self.ended:  # the partition ended (failed, cancelled) with lines left: no ETA
+            return f"- (ended with {remaining} lines left)"
         rate = self.lines_per_s()
         estimate = remaining / rate if rate > 0 else float("inf")
         quiet = self._now() - (
