@@ -42,7 +42,7 @@ from eagle3_datagen_flows import expected_failures
 from eagle3_datagen_flows.failed_batches import supersede_partition
 from eagle3_datagen_flows.prefect_text import artifact_key
 from eagle3_datagen_flows.secrets import api_key_for
-from eagle3_datagen_flows.stopping import cancel_crashed, cancel_on_sigterm, cancelled
+from eagle3_datagen_flows.stopping import cancel_left_behind, cancelled, flow_body
 from eagle3_datagen_tasks.batch import generate_batch
 
 # A batch out of retries logs one ERROR line, not its traceback (expected_failures.py).
@@ -198,7 +198,7 @@ async def generate_partition(
     partition run on its own) the config's limits apply and no supervisor watches the server.
     Stopped (Ctrl-C, Cancel), it ends Cancelled once its batches in flight have.
     """
-    async with cancel_on_sigterm():
+    async with flow_body() as stop:
         try:
             return await _generate(
                 config,
@@ -209,13 +209,18 @@ async def generate_partition(
                 parquet_metadata,
                 run,
             )
-        except asyncio.CancelledError:
+        except BaseException as err:
+            # A stop that reached a batch as an error (its requests aborted) is a stop too.
+            if not isinstance(err, asyncio.CancelledError) and not stop.requested:
+                raise
             message = f"{partition}: the run was stopped before this partition finished"
             state = cancelled(message)
             with contextlib.suppress(Exception):  # a state's wording never fails the stop
-                await cancel_crashed(
+                await cancel_left_behind(
                     prefect.runtime.flow_run.id,
-                    f"{partition}: the run was stopped as this batch started; a rerun generates it",
+                    f"{partition}: the run was stopped before this batch finished; a rerun "
+                    "generates it",
+                    stop.at,
                 )
             return state  # type: ignore[return-value]
 

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,6 +38,7 @@ from eagle3_datagen.sglang.health import LogSink
 from eagle3_datagen.sglang.orphans import kill_recorded
 from eagle3_datagen.sglang.process import server_state_dir
 from eagle3_datagen.sglang.session import ServerSession, open_server
+from eagle3_datagen.stop import RunStop
 from eagle3_datagen.write.guard import guard_output
 from eagle3_datagen.write.lock import PartitionLocks
 from eagle3_datagen.write.manifest import update_manifest
@@ -53,7 +54,7 @@ from eagle3_datagen_flows.partition import generate_partition
 from eagle3_datagen_flows.prefect_text import failure_reason
 from eagle3_datagen_flows.run_report import RunReport
 from eagle3_datagen_flows.secrets import api_key_for
-from eagle3_datagen_flows.stopping import cancel_crashed, cancel_on_sigterm, stopped_run
+from eagle3_datagen_flows.stopping import cancel_left_behind, flow_body, stopped_run
 
 
 def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]) -> None:
@@ -122,57 +123,59 @@ async def _run_partitions(
     session: _Session,
     outcome: RunOutcome,
     flow_run: FlowRun,
+    stop: RunStop,
+    ended: Callable[[], None],
 ) -> dict[str, State[Any]]:
-    """Every partition's subflow, side by side on the run's server; records each end. A
-    retried run's partitions that an earlier attempt completed are reused, not run again."""
+    """Every partition's subflow, side by side on the run's server; each one's end is recorded
+    as it ends (the live progress table shows it then, not when the last partition ends) and
+    ``ended`` told. A retried run's partitions that an earlier attempt completed are reused,
+    not run again."""
     srv = session.srv
     meter = session.run.meter
     to_run = await reuse_completed(config.output_dir, names, flow_run, meter, outcome)
     outcome.started()
-    running = {
-        name: asyncio.ensure_future(
-            _partition(
-                name,
-                config.partition(name).tier,
-                flow_run.tags or [],
-                config=config,
-                server_url=srv.url,
-                context_length=srv.facts.context_length,
-                max_req_input_len=srv.facts.max_req_input_len,
-                parquet_metadata=parquet_metadata(session.fingerprint),
-                run=session.run,
-            )
+
+    async def one(name: str) -> State[Any]:
+        state = await _partition(
+            name,
+            config.partition(name).tier,
+            flow_run.tags or [],
+            config=config,
+            server_url=srv.url,
+            context_length=srv.facts.context_length,
+            max_req_input_len=srv.facts.max_req_input_len,
+            parquet_metadata=parquet_metadata(session.fingerprint),
+            run=session.run,
         )
-        for name in to_run
-    }
+        await _record_end(name, state, outcome)
+        ended()
+        return state
+
+    running = {name: asyncio.ensure_future(one(name)) for name in to_run}
     try:
         final = await asyncio.gather(*running.values())
     except asyncio.CancelledError:
-        await _keep_completed(running, outcome)
         with contextlib.suppress(Exception):  # a state's wording never fails the stop
-            await cancel_crashed(flow_run.id, "the run was stopped as this partition started")
+            await cancel_left_behind(
+                flow_run.id, "the run was stopped before this partition finished", stop.at
+            )
         raise
     with contextlib.suppress(Exception):  # a report never fails the run
         await publish_limit_changes(srv.controller)
     # A fault no retry can fix stopped every partition: that is the run's one reason.
     outcome.stopped_by(srv.supervisor.error() if srv.supervisor.failed else None)
-    states = dict(zip(to_run, final, strict=True))
-    for name, state in states.items():
-        if state.is_completed():
-            outcome.partition_completed(name, await state.aresult())
-        else:
-            reason = failure_reason(state.message, state.type.value)
-            outcome.partition_failed(name, state.type.value, reason, state.message)
-    return states
+    return dict(zip(to_run, final, strict=True))
 
 
-async def _keep_completed(running: dict[str, Any], outcome: RunOutcome) -> None:
-    """A stopped run's partitions that had completed stay completed in every report."""
-    for name, task in running.items():
-        if task.done() and not task.cancelled() and task.exception() is None:
-            state = task.result()
-            if state.is_completed():
-                outcome.partition_completed(name, await state.aresult())
+async def _record_end(name: str, state: State[Any], outcome: RunOutcome) -> None:
+    """A partition's subflow ended: completed (its summary), or failed or cancelled (why)."""
+    if state.is_completed():
+        outcome.partition_completed(name, await state.aresult())
+    elif state.is_cancelled():
+        outcome.partition_cancelled(name, state.message)
+    else:
+        reason = failure_reason(state.message, state.type.value)
+        outcome.partition_failed(name, state.type.value, reason, state.message)
 
 
 def _write_manifest(
@@ -275,14 +278,16 @@ async def datagen(
             logger.warning(note)
         await report.open()
         async with (
-            cancel_on_sigterm(),
+            flow_body() as stop,
             _session(
                 config, names, check, meter, flow_run, server_url, overwrite, logger
             ) as session,
             report.watching(config.throughput),
         ):
             emit_limit_changes(session.srv.controller, flow_run)
-            states = await _run_partitions(config, names, session, outcome, flow_run)
+            states = await _run_partitions(
+                config, names, session, outcome, flow_run, stop, report.refresh_progress
+            )
         manifest = _write_manifest(config, session.fingerprint, outcome, logger)
         await report.publish_data(config, manifest, states)
     except BaseException as err:

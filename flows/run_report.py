@@ -154,6 +154,7 @@ class RunReport:
         self.progress_id: UUID | None = None
         self.probed: list[Baseline] = []  # the throughput probe's baseline, once measured
         self.failed_links: dict[str, tuple[int, str]] = {}
+        self._changed = asyncio.Event()  # a partition ended: the table is updated at once
 
     async def open(self) -> None:
         """The live progress table, one row per partition (all waiting); on a retried run,
@@ -178,11 +179,18 @@ class RunReport:
             description=run_progress_markdown(self.meter, states),
         )
 
+    def refresh_progress(self) -> None:
+        """A partition ended: the live table shows it now, not at its next period."""
+        self._changed.set()
+
     async def _watch_progress(self) -> None:
-        """Update the progress table until cancelled; a failed update (the Prefect API away
-        longer than its client retries) is skipped."""
+        """Update the progress table every PROGRESS_EVERY_S and when a partition ends, until
+        cancelled; a failed update (the Prefect API away longer than its client retries) is
+        skipped."""
         while True:
-            await asyncio.sleep(PROGRESS_EVERY_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), PROGRESS_EVERY_S)
+            self._changed.clear()
             try:
                 await self._update_progress(self.outcome.states)
             except Exception as err:
