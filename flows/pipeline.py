@@ -54,7 +54,12 @@ from eagle3_datagen_flows.partition import generate_partition
 from eagle3_datagen_flows.prefect_text import failure_reason
 from eagle3_datagen_flows.run_report import RunReport
 from eagle3_datagen_flows.secrets import api_key_for
-from eagle3_datagen_flows.stopping import cancel_left_behind, flow_body, stopped_run
+from eagle3_datagen_flows.stopping import (
+    cancel_left_behind,
+    flow_body,
+    keep_own_message,
+    stopped_run,
+)
 
 
 def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]) -> None:
@@ -240,7 +245,7 @@ def fanout_run_name() -> str:
 @flow(
     name="eagle3-datagen",
     flow_run_name=_run_name,
-    on_cancellation=[_stop_server_hook],
+    on_cancellation=[_stop_server_hook, keep_own_message],
     on_crashed=[_stop_server_hook],
 )
 async def datagen(

@@ -25,6 +25,8 @@ import asyncio
 import contextlib
 import os
 import signal
+import threading
+import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
@@ -183,3 +185,57 @@ async def flow_body() -> AsyncIterator[RunStop]:
                     signal.signal(signal.SIGTERM, previous)
             else:
                 _arm(loop, stop)  # the subflow's engine restores the handler it found: ours
+
+
+# What Prefect's runner writes last when a worker stops a run cancelled from the UI (see
+# keep_own_message); the run's own Cancelled message said more.
+RUNNER_CANCELLED = "Flow run was cancelled successfully."
+KEEP_OWN_MESSAGE_S = 120.0  # how long the worker waits for the runner's state, at most
+
+
+def keep_own_message(flow: Any, flow_run: Any, state: State[Any]) -> None:
+    """on_cancellation, for a run a worker stops (Cancel from the UI): the run's own Cancelled
+    message (``2 of 3 partitions completed (...); a rerun finishes demo_long``) stays its last
+    state's.
+
+    Prefect's runner (the worker) stops the run's process with SIGTERM; the run unwinds and
+    records Cancelled with its own message; once the process has exited, the runner runs this
+    hook (in the worker's process, with a Cancelling state it makes up) and then writes its own
+    Cancelled state, ``Flow run was cancelled successfully.``, over the run's (with ``force``;
+    Prefect 3.9's ``runner/_cancellation_manager.py``, no setting changes it). The hook is the
+    one thing of ours that runs in the worker at that moment, and it runs before that write:
+    so it reads the run's own message now and leaves a watcher in the worker that writes it
+    back as the last Cancelled state once the runner's has landed. Anywhere else (the run's own
+    process, whose state is not Cancelled yet) it does nothing."""
+    if not state.is_cancelling():
+        return
+    from prefect.client.orchestration import get_client as client_of
+
+    with client_of(sync_client=True) as client:
+        now = client.read_flow_run(flow_run.id).state
+    if now is None or not now.is_cancelled() or now.message in (None, "", RUNNER_CANCELLED):
+        return  # the run recorded no message of its own (killed before it could)
+    threading.Thread(
+        target=_write_back,
+        args=(flow_run.id, str(now.message), now.id),
+        daemon=True,
+        name="keep-own-message",
+    ).start()
+
+
+def _write_back(flow_run_id: Any, own: str, own_state: Any) -> None:
+    """Wait (at most KEEP_OWN_MESSAGE_S) for another Cancelled state after the run's own
+    (``own_state``), then write the run's own message back; a run in any other state (retried,
+    rescheduled) is left as it is."""
+    from prefect.client.orchestration import get_client as client_of
+
+    deadline = time.monotonic() + KEEP_OWN_MESSAGE_S
+    with contextlib.suppress(Exception), client_of(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            now = client.read_flow_run(flow_run_id).state
+            if now is None or not now.is_cancelled():
+                return
+            if now.id != own_state and now.message != own:
+                client.set_flow_run_state(flow_run_id, Cancelled(message=own), force=True)
+                return
