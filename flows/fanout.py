@@ -22,6 +22,7 @@ from eagle3_datagen.errors import FanOutFailed
 from eagle3_datagen.report.dataset_card import refresh_dataset_card
 from eagle3_datagen.report.ui import fanout_failure_message
 from eagle3_datagen.write.manifest import settle_manifest
+from eagle3_datagen_flows import expected_failures
 from eagle3_datagen_flows.pipeline import fanout_run_name
 from eagle3_datagen_flows.stopping import cancelled, keep_own_message
 
@@ -48,6 +49,7 @@ async def datagen_fanout(
         deployment: The deployment of the ``eagle3-datagen`` flow that runs one partition.
         overwrite: Passed to each job (delete data made with other settings).
     """
+    expected_failures.install()  # a failed job: one ERROR line, no traceback
     logger = get_run_logger()
     names = partitions or [p.name for p in config.partitions]
     for name in names:

@@ -45,9 +45,6 @@ from eagle3_datagen_flows.secrets import api_key_for
 from eagle3_datagen_flows.stopping import cancel_left_behind, cancelled, flow_body
 from eagle3_datagen_tasks.batch import generate_batch
 
-# A batch out of retries logs one ERROR line, not its traceback (expected_failures.py).
-expected_failures.install()
-
 PROGRESS_EVERY_S = 10.0
 # How long the last word waits for an update already on its way (a Prefect API that is away
 # can hold one through its client's retries): then it is cancelled.
@@ -79,25 +76,15 @@ async def _report_progress(
             logger.warning(f"{partition}: progress artifact not updated: {err}")
 
 
-async def _publish_failed_batches(
-    partition: str,
-    batches: list[BatchSpec],
-    results: list[Any],
-    progress: Progress,
-) -> None:
-    """The partition's failed-batches table: batch, first and last line, cause, attempts."""
-    rows = [
+def _failed_rows(batches: list[BatchSpec], results: list[Any], progress: Progress) -> list[Any]:
+    """The partition's failed batches: batch, first and last line, cause, attempts."""
+    return [
         failed_batch_row(
             spec.label, spec.first_line, spec.count, result, progress.attempts.get(spec.index, 1)
         )
         for spec, result in zip(batches, results, strict=True)
         if isinstance(result, BaseException)
     ]
-    await acreate_table_artifact(
-        rows,
-        key=artifact_key(FAILED_BATCHES_PREFIX, partition),
-        description=failed_batches_description(partition, rows, len(batches)),
-    )
 
 
 async def _plan(config: PipelineConfig, partition: str, logger: Any) -> PartitionPlan:
@@ -198,6 +185,7 @@ async def generate_partition(
     partition run on its own) the config's limits apply and no supervisor watches the server.
     Stopped (Ctrl-C, Cancel), it ends Cancelled once its batches in flight have.
     """
+    expected_failures.install()  # a batch out of retries: one ERROR line, no traceback
     async with flow_body() as stop:
         try:
             return await _generate(
@@ -265,11 +253,19 @@ async def _generate(
     logger.info(f"{partition}: {progress.line()}")
     failures = [r for r in results if isinstance(r, BaseException)]
     if failures:
+        rows = _failed_rows(plan.batches, results, progress)
+        table_id = None
         try:
-            await _publish_failed_batches(partition, plan.batches, results, progress)
+            table_id = await acreate_table_artifact(
+                rows,
+                key=artifact_key(FAILED_BATCHES_PREFIX, partition),
+                description=failed_batches_description(partition, rows, len(plan.batches)),
+            )
         except Exception as err:  # the table is a convenience; the state message says it all
             logger.warning(f"{partition}: failed-batches artifact not written: {err}")
-        raise PartitionFailed(partition_failure_message(partition, failures, len(plan.batches)))
+        # The rows go to the parent with the error: its own table lists every partition's.
+        message = partition_failure_message(partition, failures, len(plan.batches))
+        raise PartitionFailed(message, rows=rows, table_id=table_id)
     drop_superseded(runner.output)  # every batch is committed: nothing left to reuse
     try:  # an earlier run's failed-batches table of this partition is now out of date
         by = f"{prefect.runtime.flow_run.name} (flow run {prefect.runtime.flow_run.id})"

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,9 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun
-from prefect.context import TagsContext, get_run_context
+from prefect.context import TagsContext
 from prefect.flows import Flow
 from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_run
@@ -31,6 +28,7 @@ from eagle3_datagen.errors import OutputWriteError
 from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.precheck import RunCheck, check_before_server
 from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
+from eagle3_datagen.report.dataset_card import WrittenDataset, write_manifest_and_card
 from eagle3_datagen.report.outcome import RunOutcome
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import keeps_name, run_name
@@ -42,12 +40,13 @@ from eagle3_datagen.stop import RunStop
 from eagle3_datagen.write.guard import guard_output
 from eagle3_datagen.write.lock import PartitionLocks
 from eagle3_datagen.write.manifest import update_manifest
+from eagle3_datagen_flows import expected_failures
 from eagle3_datagen_flows.attempts import (
     PARTITION_TAG,
     TIER_TAG,
-    log_attempt,
     reuse_completed,
     shared_tags,
+    this_run,
 )
 from eagle3_datagen_flows.auto_concurrency import emit_limit_changes, publish_limit_changes
 from eagle3_datagen_flows.partition import generate_partition
@@ -185,33 +184,22 @@ async def _record_end(name: str, state: State[Any], outcome: RunOutcome) -> None
 
 def _write_manifest(
     config: PipelineConfig, fingerprint: dict[str, Any], outcome: RunOutcome, logger: LogSink
-) -> dict[str, Any]:
-    """The manifest with this run's partitions; {} when it could not be written and that is
-    only a consequence of the run's own reason (the outcome decides)."""
+) -> WrittenDataset:
+    """The manifest with this run's partitions, and the dataset card from it; an empty
+    manifest when it could not be written and that is only a consequence of the run's own
+    reason (the outcome decides)."""
     try:
-        return update_manifest(config.output_dir, fingerprint, outcome.results)
+        written = write_manifest_and_card(
+            config.output_dir, fingerprint, outcome.results, config.serving_profile
+        )
     except (OSError, OutputWriteError) as err:
         if not outcome.manifest_failure_is_consequence():
             raise
         logger.warning(f"manifest not updated: {err}")
-        return {}
-
-
-async def _this_run(names: list[str], logger: LogSink) -> FlowRun:
-    """The flow run, tagged with its partitions (the Runs page filters parents by them too)."""
-    flow_run = get_run_context().flow_run  # type: ignore[union-attr]
-    assert flow_run is not None
-    worker = os.environ.get("PREFECT__WORKER_NAME", "none")
-    log_attempt(flow_run, logger)
-    logger.info(f"running on host {socket.gethostname()}, pid {os.getpid()}, worker {worker}")
-    wanted = sorted({*(flow_run.tags or []), *(f"{PARTITION_TAG}{name}" for name in names)})
-    if wanted != sorted(flow_run.tags or []):
-        try:
-            async with get_client() as client:
-                await client.update_flow_run(flow_run.id, tags=wanted)
-        except Exception as err:  # a tag is a convenience, never a reason to fail
-            logger.warning(f"partition tags not set: {err}")
-    return flow_run
+        return WrittenDataset({})
+    if written.card_error is not None:
+        logger.warning(f"dataset card not written: {written.card_error}")
+    return written
 
 
 def _locks(config: PipelineConfig, names: list[str], flow_run: FlowRun) -> PartitionLocks:
@@ -264,11 +252,12 @@ async def datagen(
         overwrite: Delete data in the output directory made with other settings.
         config: The pipeline configuration (same schema as the YAML files in configs/).
     """
+    expected_failures.install()  # an expected failure: one ERROR line, no traceback
     logger = get_run_logger()
     names = partitions or [p.name for p in config.partitions]
     for name in names:
         config.partition(name)  # unknown names fail before anything starts
-    flow_run = await _this_run(names, logger)
+    flow_run = await this_run(names, logger)
     meter = RunMeter()
     outcome = RunOutcome(names)
     report = RunReport(flow_run, outcome, meter)
@@ -293,8 +282,9 @@ async def datagen(
             states = await _run_partitions(
                 config, names, session, outcome, flow_run, stop, report.refresh_progress
             )
-        manifest = _write_manifest(config, session.fingerprint, outcome, logger)
-        await report.publish_data(config, manifest, states)
+        written = _write_manifest(config, session.fingerprint, outcome, logger)
+        manifest = written.manifest
+        await report.publish_data(config.output_dir, written, states)
     except BaseException as err:
         stopped = stopped_run(err, outcome)  # Cancelled (not Crashed) when someone stopped it
     finally:
