@@ -106,12 +106,34 @@ def _wait(what: Callable[[], Any], why: Callable[[], Any], timeout_s: float = 30
     return got
 
 
-def _progress(srv: PrefectServer, run_id: str) -> float:
+def _progress_artifact(srv: PrefectServer, run_id: str) -> dict[str, Any]:
     [art] = srv.post(
         "/artifacts/filter",
         {"artifacts": {"key": {"any_": [RUN_PROGRESS_KEY]}, "flow_run_id": {"any_": [run_id]}}},
     )
-    return float(art["data"])
+    return dict(art)
+
+
+def _progress(srv: PrefectServer, run_id: str) -> float:
+    return float(_progress_artifact(srv, run_id)["data"])
+
+
+def _rows_say(srv: PrefectServer, run_id: str, said: dict[str, str]) -> bool:
+    """The parent's live progress table has each partition's row in the state ``said``."""
+    table = _progress_artifact(srv, run_id)["description"] or ""
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.count("|") > 2}
+    return all(f" {state} " in rows.get(name, "") for name, state in said.items())
+
+
+def _finished_rows_turn_completed(srv: PrefectServer, run_id: str) -> None:
+    """A partition whose subflow completed reads completed in the parent's live table while
+    another still runs, not only once the whole run has ended (#43)."""
+    said = {"demo_short": "completed", "demo_images": "completed", "demo_long": "running"}
+    _wait(
+        lambda: _rows_say(srv, run_id, said),
+        lambda: _progress_artifact(srv, run_id)["description"],
+        timeout_s=60,
+    )
 
 
 def _told_the_truth(srv: PrefectServer, run_id: str, before: float) -> dict[str, Any]:
@@ -187,6 +209,7 @@ def _ctrl_c(srv: PrefectServer, cfg: Path, out: Path, log: Path, *args: str) -> 
     try:
         run = _wait(lambda: _parent(srv, out), lambda: log.read_text()[-3000:])
         _wait(lambda: _one_finished(srv, run["id"]), lambda: log.read_text()[-3000:])
+        _finished_rows_turn_completed(srv, run["id"])
         before = _progress(srv, run["id"])
         offset = log.stat().st_size
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
