@@ -261,7 +261,6 @@ async def datagen(
     meter = RunMeter()
     outcome = RunOutcome(names)
     report = RunReport(flow_run, outcome, meter)
-    started = datetime.now(UTC)
     locks = _locks(config, names, flow_run)
     stopped: State[Any] | None = None
     try:
@@ -283,17 +282,16 @@ async def datagen(
                 config, names, session, outcome, flow_run, stop, report.refresh_progress
             )
         written = _write_manifest(config, session.fingerprint, outcome, logger)
-        manifest = written.manifest
         await report.publish_data(config.output_dir, written, states)
     except BaseException as err:
         stopped = stopped_run(err, outcome)  # Cancelled (not Crashed) when someone stopped it
     finally:
         await report.summary(config.output_dir)
         locks.release()
-        await report.record_history(config.output_dir, started)
+        await report.record_history(config.output_dir)
     if stopped is not None:
         return stopped  # type: ignore[return-value]
     failure = outcome.failure()
     if failure is not None:
         raise failure
-    return manifest
+    return written.manifest

@@ -142,6 +142,7 @@ class RunReport:
         self.flow_run = flow_run
         self.outcome = outcome
         self.meter = meter
+        self.started = datetime.now(UTC)  # the run's start, for its history line
         self.progress_id: UUID | None = None
         self.probed: list[Baseline] = []  # the throughput probe's baseline, once measured
         self.failed_links: dict[str, tuple[int, str]] = {}
@@ -240,7 +241,7 @@ class RunReport:
         except Exception as err:
             get_run_logger().warning(f"run summary artifact not written: {err}")
 
-    async def record_history(self, output_dir: str, started: datetime) -> None:
+    async def record_history(self, output_dir: str) -> None:
         """The run's line of ``history.jsonl`` and the directory's history table artifact; only
         for a run that generated (one stopped before its partitions started made no numbers)."""
         if not any(self.meter.progress(name) for name in self.outcome.names):
@@ -252,7 +253,7 @@ class RunReport:
                 self.outcome.final_states(),
                 run_id=str(self.flow_run.id),
                 run_name=self.flow_run.name,
-                started=started,
+                started=self.started,
                 ended=datetime.now(UTC),
                 deployment=current_deployment.name,
                 attempt=self.flow_run.run_count or 1,
