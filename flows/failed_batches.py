@@ -59,7 +59,10 @@ async def failed_batch_tables(
     for name, state in states.items():
         if state.is_completed():
             continue
-        err = await state.aresult(raise_on_failure=False)
+        try:
+            err = await state.aresult(raise_on_failure=False)
+        except Exception:  # a state without its error (a crash): no rows to list
+            continue
         if not isinstance(err, PartitionFailed) or not err.rows:
             continue
         link = artifact_link(ui_url, str(err.table_id)) if err.table_id else ""
