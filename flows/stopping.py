@@ -25,11 +25,13 @@ import asyncio
 import contextlib
 import os
 import signal
-import threading
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 import prefect.runtime
 from prefect.client.orchestration import get_client
@@ -200,13 +202,15 @@ def keep_own_message(flow: Any, flow_run: Any, state: State[Any]) -> None:
 
     Prefect's runner (the worker) stops the run's process with SIGTERM; the run unwinds and
     records Cancelled with its own message; once the process has exited, the runner runs this
-    hook (in the worker's process, with a Cancelling state it makes up) and then writes its own
-    Cancelled state, ``Flow run was cancelled successfully.``, over the run's (with ``force``;
-    Prefect 3.9's ``runner/_cancellation_manager.py``, no setting changes it). The hook is the
-    one thing of ours that runs in the worker at that moment, and it runs before that write:
-    so it reads the run's own message now and leaves a watcher in the worker that writes it
-    back as the last Cancelled state once the runner's has landed. Anywhere else (the run's own
-    process, whose state is not Cancelled yet) it does nothing."""
+    hook (with a Cancelling state it makes up; a process worker runs it in a subprocess of its
+    own) and then writes its own Cancelled state, ``Flow run was cancelled successfully.``,
+    over the run's (with ``force``; Prefect 3.9's ``runner/_cancellation_manager.py``, no
+    setting changes it). The hook is the one thing of ours that runs at that moment, and it
+    runs before that write: so it reads the run's own message now and starts a watcher, a
+    process of its own session that outlives the hook's, which writes the message back as the
+    last Cancelled state once the runner's has landed (:func:`_write_back`, at most
+    KEEP_OWN_MESSAGE_S). Anywhere else (the run's own process, whose state is not Cancelled
+    yet) it does nothing."""
     if not state.is_cancelling():
         return
     from prefect.client.orchestration import get_client as client_of
@@ -215,27 +219,32 @@ def keep_own_message(flow: Any, flow_run: Any, state: State[Any]) -> None:
         now = client.read_flow_run(flow_run.id).state
     if now is None or not now.is_cancelled() or now.message in (None, "", RUNNER_CANCELLED):
         return  # the run recorded no message of its own (killed before it could)
-    threading.Thread(
-        target=_write_back,
-        args=(flow_run.id, str(now.message), now.id),
-        daemon=True,
-        name="keep-own-message",
-    ).start()
+    subprocess.Popen(
+        [sys.executable, "-m", __name__, str(flow_run.id), str(now.id), str(now.message)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
-def _write_back(flow_run_id: Any, own: str, own_state: Any) -> None:
+def _write_back(flow_run_id: str, own_state: str, own: str) -> None:
     """Wait (at most KEEP_OWN_MESSAGE_S) for another Cancelled state after the run's own
     (``own_state``), then write the run's own message back; a run in any other state (retried,
     rescheduled) is left as it is."""
     from prefect.client.orchestration import get_client as client_of
 
     deadline = time.monotonic() + KEEP_OWN_MESSAGE_S
-    with contextlib.suppress(Exception), client_of(sync_client=True) as client:
+    with client_of(sync_client=True) as client:
         while time.monotonic() < deadline:
-            time.sleep(0.5)
-            now = client.read_flow_run(flow_run_id).state
+            now = client.read_flow_run(UUID(flow_run_id)).state
             if now is None or not now.is_cancelled():
                 return
-            if now.id != own_state and now.message != own:
-                client.set_flow_run_state(flow_run_id, Cancelled(message=own), force=True)
+            if str(now.id) != own_state and now.message != own:
+                client.set_flow_run_state(UUID(flow_run_id), Cancelled(message=own), force=True)
                 return
+            time.sleep(0.5)
+
+
+if __name__ == "__main__":  # the watcher keep_own_message starts
+    _write_back(*sys.argv[1:4])
