@@ -9,7 +9,8 @@ filter, on Prefect's run loggers, makes such a failure:
 
 * one ERROR line: the engine's own line with the cause, without its traceback;
 * the traceback at DEBUG (logged where DEBUG is: ``PREFECT_LOGGING_LEVEL=DEBUG``);
-* for a task run, its ``Finished in state Failed(...)`` line at INFO (it repeats the cause).
+* its ``Finished in state Failed(...)`` line (task run or flow run: it repeats the cause) at
+  INFO, so an eval whose gate failed, or a failed partition, reads as one ERROR line.
 
 A failure that is not ours to expect (a bug: a ``KeyError`` in a batch) keeps its traceback.
 """
@@ -33,7 +34,8 @@ class ExpectedFailures(logging.Filter):
         self._said: set[str] = set()  # task runs whose failure already has its ERROR line
 
     def filter(self, record: logging.LogRecord) -> bool:
-        task_run = str(getattr(record, "task_run_id", ""))
+        run_key = "task_run_id" if record.name == TASK_RUNS else "flow_run_id"
+        task_run = str(getattr(record, run_key, ""))
         if task_run in self._said and str(record.msg).startswith(FINISHED_FAILED):
             self._said.discard(task_run)
             record.levelno, record.levelname = logging.INFO, "INFO"
@@ -48,7 +50,7 @@ class ExpectedFailures(logging.Filter):
             trace.msg, trace.args = "the traceback of the failure below", ()
             logger.handle(trace)
         record.exc_info, record.exc_text = None, None
-        if record.name == TASK_RUNS and task_run:
+        if record.name in (TASK_RUNS, FLOW_RUNS) and task_run:
             self._said.add(task_run)
         return True
 

@@ -91,6 +91,9 @@ uv run eagle3-datagen run "$WORK/lab.yaml" --server-url "http://127.0.0.1:$PORT"
   --output "$WORK/dataset" > "$WORK/run.log" 2>&1 || { tail -30 "$WORK/run.log"; exit 1; }
 tail -3 "$WORK/run.log"
 stop_server
+# The product's path: this first export fixes the dataset's held-out split (split.json; 20 %:
+# the lab's few hundred prompts are too few for the default 5 %), leaves it out of training,
+# and writes the provenance file eval checks the drafts' training data against.
 uv run eagle3-datagen export "$WORK/dataset" --format speculators --validation 0.2 \
   --max-length 2048 --output "$WORK/regenerated/speculators.jsonl" | tail -2
 "$SPEC" trainers/lab/original.py src/eagle3_datagen/assets/kimi-k2.5-mini \
@@ -117,8 +120,11 @@ for draft in untrained original regenerated; do
     "$WORK/measure-$draft.json"
   # The same server measured by the product's own command: the same held-out split, each
   # record's own sampling (max_new_tokens 256: the lab tier's); summary: accept_length_eval.
+  # The dataset's split, checked against the export both trained drafts' rows come from
+  # (the original answers are those rows' prompts); the lab's held-out set is small by design.
   uv run eagle3-datagen eval "$WORK/dataset" --server-url "http://127.0.0.1:$PORT" \
-    --validation 0.2 --no-history --json "$WORK/eval-$draft.json" \
+    --train-export "$WORK/regenerated/speculators.jsonl" --min-records 10 \
+    --no-history --json "$WORK/eval-$draft.json" \
     > "$WORK/eval-$draft.log" || { tail -20 "$WORK/eval-$draft.log"; exit 1; }
   stop_server
 done

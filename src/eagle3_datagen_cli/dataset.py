@@ -23,7 +23,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from eagle3_datagen.write.export import ExportOptions, export_dataset
+    from eagle3_datagen.write.export import ExportOptions, export_dataset, sibling
 
     options = ExportOptions(
         truncated="drop" if args.skip_truncated else args.truncated,
@@ -31,6 +31,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         max_length=args.max_length,
         validation=args.validation,
         split_seed=args.split_seed,
+        hold_out=not args.no_holdout,
+        resplit=args.resplit,
     )
     result = export_dataset(
         args.dataset, args.format, args.output, options=options, tokenizer=args.tokenizer
@@ -39,19 +41,36 @@ def cmd_export(args: argparse.Namespace) -> int:
     parts = ", ".join(f"{k}={v}" for k, v in result.written.items())
     skipped = f", {result.skipped_truncated} truncated skipped" if result.skipped_truncated else ""
     print(f"exported {result.total} records ({parts}){skipped} as {args.format} -> {result.path}")
-    print(f"metadata and report: {result.metadata_path}, {result.report_path}")
+    print(
+        f"metadata, report and provenance: {result.metadata_path}, {result.report_path}, "
+        f"{sibling(result.path, 'provenance')}"
+    )
     return 0
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    """The runs recorded in output directories, side by side (no Prefect: read from disk)."""
-    from eagle3_datagen.report.history import history_rows, history_text, read_history
+    """The runs recorded in output directories, side by side, then their evals (no Prefect:
+    read from disk); ``--evals``: the evals only."""
+    from eagle3_datagen.report.history import (
+        EVAL_COLUMNS,
+        eval_rows,
+        history_rows,
+        history_text,
+        read_history,
+    )
 
     entries = [e for d in args.dataset for e in read_history(d)]
     if not entries:
         raise ConfigError(f"no runs recorded in {', '.join(args.dataset)} (no history.jsonl)")
-    rows = history_rows(entries, args.partition, all_attempts=args.all_attempts)
-    print(history_text(rows[-args.last :] if args.last else rows))
+    last = (lambda rows: rows[-args.last :]) if args.last else (lambda rows: rows)
+    evals = last(eval_rows(entries))
+    if args.evals:
+        print(history_text(evals, EVAL_COLUMNS) if evals else "no evals recorded")
+        return 0
+    print(history_text(last(history_rows(entries, args.partition, all_attempts=args.all_attempts))))
+    if evals:
+        print()
+        print(history_text(evals, EVAL_COLUMNS))
     return 0
 
 
@@ -156,12 +175,26 @@ def _add_export(sub: Any) -> None:
     export.add_argument(
         "--validation",
         type=float,
-        default=0.0,
         metavar="FRACTION",
-        help="hold out this fraction of conversations (all their turns and samples) in "
-        "<output stem>.validation.jsonl",
+        help="the held-out fraction of conversations, only where the dataset has no split yet "
+        "(default 0.05; later: the dataset's split.json, a different one is refused). The "
+        "held-out conversations go to <output stem>.validation.jsonl, never to training",
     )
-    export.add_argument("--split-seed", type=int, default=0, help="seed of the validation split")
+    export.add_argument(
+        "--split-seed", type=int, help="the split's seed, as --validation (default 0)"
+    )
+    export.add_argument(
+        "--no-holdout",
+        action="store_true",
+        help="hold nothing out: every conversation trains (eval cannot measure such a draft "
+        "on this dataset)",
+    )
+    export.add_argument(
+        "--resplit",
+        action="store_true",
+        help="replace the dataset's split (drafts trained on the old one can then no longer "
+        "be evaluated on it)",
+    )
     export.add_argument(
         "--tokenizer", metavar="PATH", help="tokenizer path, if it moved since the run"
     )
@@ -171,11 +204,17 @@ def _add_export(sub: Any) -> None:
 def _add_history(sub: Any) -> None:
     history = sub.add_parser(
         "history",
-        help="runs side by side: records, rates, tok/s, output lengths, wall time per partition",
+        help="runs side by side (records, rates, tok/s, output lengths, wall time per "
+        "partition), then the evals",
     )
     history.add_argument("dataset", nargs="+", metavar="DIR", help="output directories")
     history.add_argument("--partition", action="append", metavar="NAME", help="only this one")
     history.add_argument("--last", type=int, metavar="N", help="only the last N rows")
+    history.add_argument(
+        "--evals",
+        action="store_true",
+        help="only the evals: date, draft, accept length with its 95%% interval, gate verdict",
+    )
     history.add_argument(
         "--all-attempts",
         action="store_true",

@@ -1,6 +1,7 @@
 """``eagle3-datagen eval``: a draft's accept length on the dataset's held-out split, measured
-by a speculating server (docs/eval.md). Exit 0 when the gate passes, 1 when the accept length
-dropped past ``--max-drop`` from the baseline (the reason in one line), 2 on bad input."""
+by a speculating server (docs/eval.md). Exit 0 when the gate passes (or cannot tell a drop
+from noise: said on stderr), 1 when the accept length dropped past ``--max-drop`` from the
+baseline beyond noise (the reason in one line), 2 on bad input (one line, nothing written)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from eagle3_datagen.evaluate.gate import INCONCLUSIVE
     from eagle3_datagen.evaluate.run import EvalOptions, run_eval
 
     options = EvalOptions(
@@ -18,6 +20,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         server_url=args.server_url,
         validation=args.validation,
         seed=args.seed,
+        resplit=args.resplit,
+        min_records=args.min_records,
+        train_export=args.train_export,
         json_path=args.json,
         baseline=args.baseline,
         max_drop=args.max_drop,
@@ -34,6 +39,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not result.ok:
         print(f"eagle3-datagen: eval gate failed: {result.reason}", file=sys.stderr)
         return 1
+    if result.data["gate"].get("verdict") == INCONCLUSIVE:
+        print(f"eagle3-datagen: eval {result.verdict}", file=sys.stderr)
     return 0
 
 
@@ -49,12 +56,33 @@ def add_commands(sub: Any) -> None:
     ev.add_argument(
         "--validation",
         type=float,
-        default=0.2,
         metavar="F",
-        help="held-out fraction of conversations: the export's --validation (default 0.2)",
+        help="held-out fraction of conversations, only where the dataset has no split yet "
+        "(default 0.05; later: the dataset's split.json, a different F is refused)",
     )
     ev.add_argument(
-        "--seed", type=int, default=0, help="the split's seed: the export's --split-seed"
+        "--seed",
+        type=int,
+        help="the split's seed, as --validation (default 0; the export's --split-seed)",
+    )
+    ev.add_argument(
+        "--resplit",
+        action="store_true",
+        help="replace the dataset's split (drafts trained on the old one can then no longer "
+        "be evaluated on it)",
+    )
+    ev.add_argument(
+        "--min-records",
+        type=int,
+        default=50,
+        metavar="N",
+        help="refuse fewer held-out records than this before sending any (default 50)",
+    )
+    ev.add_argument(
+        "--train-export",
+        metavar="PATH",
+        help="the export the draft trained on (its JSONL, its .provenance.json, or a directory "
+        "holding that file): refuse if an eval conversation is in its training file",
     )
     ev.add_argument("--json", metavar="PATH", help="write the result as JSON")
     ev.add_argument(

@@ -15,9 +15,14 @@ def cmd_select(args: argparse.Namespace) -> int:
     outcome = select_dataset(args.dataset, args.output, args.by, args.keep, args.seed)
     params = ", ".join(f"{k}={v}" for k, v in outcome.request.params.items())
     rule = f"{outcome.request.rule}" + (f" ({params})" if params else "")
+    held = outcome.held_out or {}
     for name, choice in outcome.partitions.items():
         unscored = f", {choice.unscored} without a score" if choice.unscored else ""
-        print(f"{name}: kept {len(choice.kept)} of {choice.conversations} conversations{unscored}")
+        print(
+            f"{name}: kept {len(choice.kept)} of {choice.conversations} training conversations"
+            f"{unscored}; {len(held.get(name, ()))} held-out conversations copied as they are "
+            "(the source's eval split, never ranked)"
+        )
     verb = "already selected" if outcome.already_done else "selected"
     print(f"{verb} by {rule}, keep {args.keep}, seed {args.seed} -> {outcome.root}")
     return 0

@@ -84,12 +84,15 @@ def dataset(tmp_path: Path, chat_tokenizer: ChatTokenizer) -> Path:
 
 
 Run = Callable[..., tuple[int, str, str]]
+# The small dataset's split: 20 % of its 40 conversations, and a minimum it meets (the
+# defaults, 5 % and 50 records, are for real datasets: test_eval_split.py).
+SMALL = ("--validation", "0.2", "--min-records", "10")
 
 
 @pytest.fixture
 def run(capsys: pytest.CaptureFixture[str]) -> Run:
     def call(*argv: str) -> tuple[int, str, str]:
-        code = main(["eval", *argv])
+        code = main(["eval", *argv, *SMALL])
         out = capsys.readouterr()
         return code, out.out, out.err
 
@@ -111,6 +114,21 @@ def test_eval_measures_the_held_out_split(
     moved = {c for c in range(0, 40, 5) if in_validation(f"p{1 + c % 2}", f"c{c}", 0.2, 0)}
     assert moved and len(moved) < 8  # repeats on both sides: every held-out one moved
     assert data["split"]["duplicates_moved_to_train"] == len(moved)
+    assert data["heldout"] == {
+        "conversations": len(held),
+        "records": 2 * len(held),
+        "moved_to_train": len(moved),
+        "images_left_out": 0,
+    }
+    low, high = data["accept_length_ci95"]
+    assert low < data["accept_length"] < high
+    assert f"accept length {data['accept_length']} [{low}, {high}]" in printed
+    # Nothing says what the draft trained on: said, in the output and the JSON.
+    assert data["overlap"]["checked"] is False and "overlap not checked" in printed
+    # The first eval fixed the dataset's split.
+    recorded = orjson.loads((dataset / "split.json").read_bytes())
+    assert (recorded["validation"], recorded["seed"]) == (0.2, 0)
+    assert {tuple(k) for k in recorded["held_out"]} == {(f"p{1 + int(c[1:]) % 2}", c) for c in held}
     assert data["accept_length"] == pytest.approx(ACCEPT, abs=0.3)
     assert len(data["position_acceptance"]) == STEPS
     assert data["position_acceptance"] == sorted(data["position_acceptance"], reverse=True)
@@ -200,4 +218,5 @@ def test_bad_input_is_refused_in_one_line(
     (small / "e.json").write_text("earlier")
     seed = next(s for s in range(100) if not in_validation("p1", "c0", 0.2, s))
     err = _refused(run, small, speculating.url, "--seed", str(seed))
-    assert "no held-out records to evaluate" in err
+    assert "0 held-out records, fewer than the minimum 10 (--min-records)" in err
+    assert not (small / "split.json").exists()

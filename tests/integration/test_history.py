@@ -96,9 +96,10 @@ async def test_each_night_counts_only_its_own_batches(
         "partition",
         "status",
         "records",
-        "accept",
-        "reject",
-        "trunc",
+        "lines",  # "lines ok": the share of lines accepted, never beside "accept len" unlabelled
+        "ok",
+        "rejected",
+        "truncated",
         "tok/s",
         "out",
         "p50",

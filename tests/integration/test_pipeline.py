@@ -15,6 +15,7 @@ from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import demo_config
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen_cli.flow_run import run_pipeline
+from eagle3_datagen_cli.main import main
 from tests.support.emulator import read_ledger
 from tests.support.prompts import expected_prompt_ids
 
@@ -36,7 +37,9 @@ def input_lines(path: str) -> dict[int, dict[str, Any] | None]:
     return out
 
 
-def test_demo_dataset_holds_exact_tokens(tmp_path: Path, chat_tokenizer: ChatTokenizer) -> None:
+def test_demo_dataset_holds_exact_tokens(
+    tmp_path: Path, chat_tokenizer: ChatTokenizer, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = demo_config(tmp_path / "out")
     ok, manifest = run_pipeline(config)
     assert ok, manifest
@@ -113,6 +116,15 @@ def test_demo_dataset_holds_exact_tokens(tmp_path: Path, chat_tokenizer: ChatTok
         == chat_tokenizer.fingerprint()["chat_template_sha256"]
     )
     assert fp["run"]["server_args"]["reasoning_parser"] is None
+
+    # Too small to judge a draft by: eval refuses before it sends anything (the server URL
+    # is never reached), naming the counts and the minimum, and writes nothing.
+    capsys.readouterr()
+    assert main(["eval", config.output_dir, "--server-url", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fewer than the minimum 50 (--min-records)" in err, err
+    assert "moved to train as repeated prompts" in err
+    assert not (Path(config.output_dir) / "split.json").exists()
 
 
 def test_a_missing_input_fails_the_run_before_a_server_is_launched(tmp_path: Path) -> None:

@@ -17,9 +17,10 @@ from eagle3_datagen.errors import DatasetError
 from eagle3_datagen.inputs.scan import scan_input
 from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
+from eagle3_datagen.select.choose import keep_count
 from eagle3_datagen.select.output import select_dataset
 from eagle3_datagen.validate.dataset import validate_dataset
-from eagle3_datagen.write.export import export_dataset
+from eagle3_datagen.write.export import ExportOptions, export_dataset
 from eagle3_datagen.write.manifest import summarize_on_disk, update_manifest
 from eagle3_datagen.write.resume import record_input
 from eagle3_datagen.write.shards import PartitionOutput
@@ -76,14 +77,24 @@ async def test_select_keeps_whole_conversations_by_the_rule(
     groups = _by_conversation(src_rows)
     assert len(groups) == 16 and all(len(g) == 2 for g in groups.values())  # two samples
 
+    # The first export fixes the source's held-out split (a quarter, for this small source).
+    first = ExportOptions(validation=0.25)
+    export_dataset(source, "specforge", tmp_path / "first.jsonl", options=first)
+    split = json.loads((source / "split.json").read_text())
+    held = {c for _, c in split["held_out"]}
+    assert 0 < len(held) < 16
     out = tmp_path / "flat"
     outcome = select_dataset(source, out, "flatness", 0.25, seed=3)
     kept = _by_conversation(records(out, "p"))
-    assert len(kept) == 4 and set(kept) == outcome.partitions["p"].kept
+    # The rule ranks the training conversations only; every held-out one is copied, unranked.
+    ranked = outcome.partitions["p"].kept
+    assert len(ranked) == keep_count(0.25, 16 - len(held)) and not ranked & held
+    assert set(kept) == ranked | held
+    assert json.loads((out / "split.json").read_text()) == split
     for conv, rows in kept.items():  # whole, and byte for byte the source's records
         assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in groups[conv])
         assert all(r == src_rows[r["id"]] for r in rows)
-    lowest_kept = min(_flatness(groups[c]) for c in kept)
+    lowest_kept = min(_flatness(groups[c]) for c in ranked)
     assert all(_flatness(g) <= lowest_kept for c, g in groups.items() if c not in kept)
 
     manifest = json.loads((out / "manifest.json").read_text())
@@ -94,7 +105,7 @@ async def test_select_keeps_whole_conversations_by_the_rule(
         == json.loads((source / "manifest.json").read_text())["fingerprint"]["content_sha256"]
     )
     assert (selection["rule"], selection["keep"], selection["seed"]) == ("flatness", 0.25, 3)
-    assert manifest["partitions"]["p"]["accepted"] == 8
+    assert manifest["partitions"]["p"]["accepted"] == 2 * len(kept)
 
     card = (out / "README.md").read_text()
     assert f"| selected from (eagle3-datagen select) | `{source.resolve()} (content" in card
@@ -102,9 +113,11 @@ async def test_select_keeps_whole_conversations_by_the_rule(
 
     report = validate_dataset(out)
     assert report.ok, report.lines()
+    # An export of the selection holds out exactly the source's held-out conversations.
     result = export_dataset(out, "specforge", tmp_path / "flat.jsonl")
-    assert result.total == 8
-    assert len((tmp_path / "flat.jsonl").read_text().splitlines()) == 8
+    written = {"train": 2 * len(ranked), "validation": 2 * len(held)}
+    assert result.metadata["counts"]["written"] == written
+    assert len((tmp_path / "flat.jsonl").read_text().splitlines()) == 2 * len(ranked)
 
     # The same request again: nothing rewritten. Another one into the same place: refused.
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")}
@@ -131,7 +144,7 @@ async def test_select_keeps_whole_conversations_by_the_rule(
         for c, g in groups.items()
     }
     assert max(accept[c] for c in low.partitions["p"].kept) <= min(
-        accept[c] for c in groups if c not in low.partitions["p"].kept
+        accept[c] for c in groups if c not in low.partitions["p"].kept | held
     )
     dev = select_dataset(source, tmp_path / "dev", "deviation", 0.5)
     assert dev.request.params == {"source": "acceptance"}
@@ -158,7 +171,12 @@ async def test_a_rule_without_its_column_names_the_option(
     args = ["select", str(source), "--by", "random", "--keep", "0.5", "--output",
             str(tmp_path / "rnd"), "--seed", "1"]  # fmt: skip
     assert main(args) == 0
-    assert "p: kept 8 of 16 conversations" in capsys.readouterr().out
+    # The first select fixed the source's split (the default fraction); its held-out
+    # conversations are copied, not ranked.
+    h = len(orjson.loads((source / "split.json").read_bytes())["held_out"])
+    out = capsys.readouterr().out
+    assert f"p: kept {keep_count(0.5, 16 - h)} of {16 - h} training conversations" in out, out
+    assert f"{h} held-out conversations copied as they are" in out
     assert main(args) == 0
     assert "already selected by random" in capsys.readouterr().out
     manifest = orjson.loads((tmp_path / "rnd" / "manifest.json").read_bytes())

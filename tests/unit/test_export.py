@@ -257,7 +257,14 @@ def test_validation_holds_out_whole_conversations(
     # The same seed gives the same sides; each side's rows are whole conversations.
     again = export_dataset(root, "specforge", tmp_path / "sf.jsonl", options=opts)
     assert again.metadata["counts"]["written"] == {"train": len(train), "validation": len(val)}
-    with pytest.raises(DatasetError, match="put 0 of 12 conversations in validation"):
+    # The first export fixed the dataset's split: another fraction is refused, naming the
+    # way to re-split and its cost; --resplit replaces it (here: nothing held out).
+    with pytest.raises(DatasetError, match=r"--validation 0\.001 differ.*--resplit.*no longer"):
         export_dataset(
             root, "specforge", tmp_path / "x.jsonl", options=ExportOptions(validation=0.001)
         )
+    assert not (tmp_path / "x.jsonl").exists()
+    tiny = ExportOptions(validation=0.001, resplit=True)
+    none = export_dataset(root, "specforge", tmp_path / "x.jsonl", options=tiny)
+    assert none.metadata["counts"]["written"] == {"train": 48, "validation": 0}
+    assert "held out: 0 of 12 conversations" in "\n".join(none.report())

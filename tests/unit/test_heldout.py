@@ -15,6 +15,7 @@ from eagle3_datagen.write.dataset_dir import DatasetDir
 from eagle3_datagen.write.export import ExportOptions, export_dataset
 from eagle3_datagen.write.export_plan import committed_shards, held_out, scan
 from eagle3_datagen.write.heldout import Conversation, in_validation, prompt_keys, split
+from eagle3_datagen.write.split_file import choose_split
 from tests.support.dataset import Batch, Tok, make_config, make_fingerprint, write_dataset
 
 FRACTION, SEED = 0.4, 3
@@ -102,9 +103,31 @@ def test_the_exports_validation_rows_repeat_no_training_prompt(repeated: Path, t
 def test_eval_and_the_export_hold_out_the_same_conversations(repeated: Path, tmp_path: Path):
     """The split is computed over every record: an export's options never change it."""
     ds = DatasetDir(repeated)
-    held = held_out(list(scan(committed_shards(ds), prompts=True)), FRACTION, SEED)
+    choice = choose_split(repeated, FRACTION, SEED)
+    held = held_out(list(scan(committed_shards(ds), prompts=True)), choice)
     out = tmp_path / "sf.jsonl"
     opts = ExportOptions(validation=FRACTION, split_seed=SEED, truncated="drop")
     export_dataset(repeated, "speculators", out, options=opts)
     exported = {r["primary_id"] for r in read_jsonl(tmp_path / "sf.validation.jsonl")}
     assert exported == {c for (_, c), side in held.sides.items() if side == "validation"}
+
+
+def test_a_grown_split_keeps_its_held_out_conversations() -> None:
+    """What split.json recorded stays: earlier held-out conversations are held out again (even
+    where the hash of another fraction would say train), moved ones stay in train, and a new
+    conversation repeating a held-out prompt is held out with it."""
+    convs = [Conversation("p", f"c{i}", bytes([i])) for i in range(40)]
+    first = split(convs, FRACTION, SEED)
+    held_before = set(first.held_out_keys())
+    repeat_of = next(c for c in convs if ("p", c.conversation) in held_before)
+    later = [
+        *convs,
+        *(Conversation("p", f"n{i}", bytes([100 + i])) for i in range(40)),
+        Conversation("p", "again", repeat_of.prompt),
+    ]
+    grown = split(later, 0.01, SEED, held_before, first.moved)  # another fraction: ignored
+    assert held_before <= set(grown.held_out_keys())
+    assert grown.kept == len(held_before)
+    assert grown.side("p", "again") == "validation" and grown.joined == [("p", "again")]
+    new = {("p", f"n{i}") for i in range(40) if in_validation("p", f"n{i}", 0.01, SEED)}
+    assert set(grown.held_out_keys()) == held_before | new | {("p", "again")}

@@ -17,10 +17,10 @@ from eagle3_datagen.report.intervals import (
 
 def _groups(rng: random.Random, n: int, rate: float) -> list[tuple[float, float]]:
     """Conversations with 5-40 verify steps each, committing about ``rate`` tokens per step."""
-    out = []
+    out: list[tuple[float, float]] = []
     for _ in range(n):
         steps = rng.randint(5, 40)
-        out.append((sum(rng.choice((1, 2, 3, 4)) * rate / 2.5 for _ in range(steps)), steps))
+        out.append((sum(rng.choice((1, 2, 3, 4)) * rate / 2.5 for _ in range(steps)), float(steps)))
     return out
 
 

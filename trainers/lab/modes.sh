@@ -60,7 +60,7 @@ for data in thinking mixture; do
       "$MODES/draft-$data-on-$mode.json"
   done
   uv run eagle3-datagen eval "$MODES/dataset-mixture" --server-url "http://127.0.0.1:$PORT" \
-    --validation 0.2 --no-history --json "$MODES/eval-$data.json" \
+    --validation 0.2 --min-records 10 --no-history --json "$MODES/eval-$data.json" \
     > "$MODES/eval-$data.log" || { tail -20 "$MODES/eval-$data.log"; exit 1; }
   stop_server
 done

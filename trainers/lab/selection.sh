@@ -20,6 +20,8 @@ uv run eagle3-datagen run "$WORK/lab-scored.yaml" --server-url "http://127.0.0.1
   || { tail -30 "$WORK/run-scored.log"; exit 1; }
 stop_server
 uv run python trainers/lab/selection.py same-ids "$WORK/dataset" "$WORK/dataset-scored"
+# The same prompts: the same held-out split (select never ranks it; each selection keeps it).
+cp "$WORK/dataset/split.json" "$WORK/dataset-scored/split.json"
 
 SELECTION_ROWS=full
 ln -sf "$WORK/measure-regenerated.json" "$WORK/selection/full.json"

@@ -1,10 +1,20 @@
 """The baseline an eval is compared with, the gate, and eval's line in the dataset's history.
 
 A nightly asks "is tonight's data worse than before?": the baseline is an earlier eval's JSON,
-or the last eval in the dataset's ``history.jsonl`` that passed its gate (``--baseline
-history``), and the gate fails when the accept length dropped by more than ``max_drop`` (tokens
-per verify step, absolute). Eval lines in the history carry ``"kind": "eval"``; the generation
-runs' table (``eagle3-datagen history``) shows partitions only, so it is unchanged by them.
+or the last eval in the dataset's ``history.jsonl`` whose gate passed (``--baseline history``).
+The gate compares means *and* intervals (95 % bootstrap over held-out conversations):
+
+- ``passed``: the accept length dropped by at most ``max_drop`` (tokens per verify step);
+- ``failed``: it dropped by more, and the two intervals are apart (tonight's upper end below
+  the baseline's lower end): a drop beyond noise;
+- ``inconclusive``: it dropped by more, but the intervals overlap: the held-out set cannot tell
+  that drop from noise. Reported as such (a warning, exit 0), not failed: a nightly that
+  fails on noise teaches its operator to ignore it. It never becomes the next baseline, so a
+  real drop that creeps night by night is still measured against the last clean pass and fails
+  once it is beyond noise.
+
+A baseline without an interval (an eval from before them) is compared by means alone, and the
+verdict says so. Eval lines in the history carry ``"kind": "eval"``.
 """
 
 from __future__ import annotations
@@ -28,17 +38,29 @@ _HISTORY_KEYS = (
     "server",
     "split",
     "records",
+    "heldout",
+    "overlap",
     "accept_length",
+    "accept_length_ci95",
     "tokens_per_verify",
     "position_acceptance",
     "gate",
 )
 
 
+PASSED, FAILED, INCONCLUSIVE = "passed", "failed", "inconclusive"
+
+
 @dataclass(frozen=True, slots=True)
 class Baseline:
     source: str  # the JSON path, or "history.jsonl (<started>)"
     accept_length: float
+    ci95: tuple[float, float] | None = None  # None: an eval from before intervals
+
+
+def _passed(entry: dict[str, Any]) -> bool:
+    g = entry.get("gate") or {}
+    return bool(g.get("verdict", PASSED if g.get("ok", True) else FAILED) == PASSED)
 
 
 def load_baseline(spec: str, dataset: str | Path) -> Baseline | None:
@@ -46,15 +68,12 @@ def load_baseline(spec: str, dataset: str | Path) -> Baseline | None:
     passed its gate, so a regression keeps failing night after night until it is fixed (None
     when there is none yet: the first night has nothing to compare with)."""
     if spec == HISTORY_BASELINE:
-        evals = [
-            e
-            for e in read_history(dataset)
-            if e.get("kind") == KIND and (e.get("gate") or {}).get("ok", True)
-        ]
+        evals = [e for e in read_history(dataset) if e.get("kind") == KIND and _passed(e)]
         if not evals:
             return None
         last = evals[-1]
-        return Baseline(f"history.jsonl ({last.get('started')})", _accept(last, "history.jsonl"))
+        where = f"history.jsonl ({last.get('started')})"
+        return Baseline(where, _accept(last, "history.jsonl"), _ci(last))
     path = Path(spec)
     try:
         data = orjson.loads(path.read_bytes())
@@ -62,7 +81,18 @@ def load_baseline(spec: str, dataset: str | Path) -> Baseline | None:
         raise DatasetError(f"baseline {path}: no such file") from None
     except (OSError, orjson.JSONDecodeError) as err:
         raise DatasetError(f"baseline {path}: cannot read: {err}") from None
-    return Baseline(str(path), _accept(data, str(path)))
+    return Baseline(str(path), _accept(data, str(path)), _ci(data))
+
+
+def _ci(data: Any) -> tuple[float, float] | None:
+    value = data.get("accept_length_ci95") if isinstance(data, dict) else None
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int | float) for v in value)
+    ):
+        return (float(value[0]), float(value[1]))
+    return None
 
 
 def _accept(data: Any, where: str) -> float:
@@ -72,27 +102,51 @@ def _accept(data: Any, where: str) -> float:
     return float(value)
 
 
-def gate(accept_length: float, baseline: Baseline | None, max_drop: float) -> dict[str, Any]:
-    """The gate's verdict: ``ok`` and a one-line ``reason``."""
+def gate(
+    accept_length: float,
+    ci95: tuple[float, float],
+    baseline: Baseline | None,
+    max_drop: float,
+) -> dict[str, Any]:
+    """The gate's verdict: ``verdict`` (passed, failed, inconclusive), ``ok`` (False only when
+    failed) and a one-line ``reason``."""
     if baseline is None:
-        return {"ok": True, "reason": "no baseline to compare with", "max_drop": max_drop}
+        return {
+            "ok": True,
+            "verdict": PASSED,
+            "reason": "no baseline to compare with",
+            "max_drop": max_drop,
+        }
     drop = baseline.accept_length - accept_length
-    verdict = {
-        "ok": drop <= max_drop,
+    here = f"{accept_length:.3f} [{ci95[0]:.3f}, {ci95[1]:.3f}]"
+    there = f"{baseline.accept_length:.3f}" + (
+        f" [{baseline.ci95[0]:.3f}, {baseline.ci95[1]:.3f}]" if baseline.ci95 else ""
+    )
+    change = f"accept length {here} vs {there} in {baseline.source}"
+    if drop <= max_drop:
+        verdict, why = PASSED, f"within the allowed drop of {max_drop}"
+    elif baseline.ci95 is None:
+        verdict = FAILED
+        why = f"dropped {drop:.3f} > the allowed {max_drop} (the baseline has no interval: means)"
+    elif ci95[1] < baseline.ci95[0]:
+        verdict = FAILED
+        why = f"dropped {drop:.3f} > the allowed {max_drop}, beyond noise (the intervals are apart)"
+    else:
+        verdict = INCONCLUSIVE
+        why = (
+            f"dropped {drop:.3f} > the allowed {max_drop}, but the intervals overlap: not "
+            "distinguishable from noise on this held-out set (not failed; not a baseline)"
+        )
+    return {
+        "ok": verdict != FAILED,
+        "verdict": verdict,
+        "reason": f"{change}: {why}",
         "baseline": baseline.source,
         "baseline_accept_length": baseline.accept_length,
+        "baseline_accept_length_ci95": list(baseline.ci95) if baseline.ci95 else None,
         "drop": round(drop, 4),
         "max_drop": max_drop,
     }
-    change = (
-        f"accept length {accept_length:.3f} vs {baseline.accept_length:.3f} in {baseline.source}"
-    )
-    verdict["reason"] = (
-        f"{change}: dropped {drop:.3f} > the allowed {max_drop}"
-        if drop > max_drop
-        else f"{change}: within the allowed drop of {max_drop}"
-    )
-    return verdict
 
 
 def record_in_history(dataset: str | Path, result: dict[str, Any]) -> Path:

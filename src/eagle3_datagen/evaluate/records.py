@@ -1,9 +1,12 @@
 """The held-out records eval sends, each with the sampling its generation request had.
 
-The split is the exports' (``write/heldout.py``), computed over the whole dataset, so a draft
-trained on any export of it never saw these prompts. Image records are left out, as the
-exports leave them out: the dataset keeps each image's hash, not its bytes, so their requests
-cannot be sent again as they were.
+The split is the dataset's own (``split.json``, ``write/split_file.py``; the rule in
+``write/heldout.py``), computed over the whole dataset, so a draft trained on any export of it
+made the default way never saw these prompts. Fewer than a minimum of records (``MIN_RECORDS``,
+chosen with the split's default fraction) is refused before anything is sent: an accept length
+over a handful of prompts moves by tenths between samples, and a gate on it fires on noise.
+Image records are left out, as the exports leave them out: the dataset keeps each image's
+hash, not its bytes, so their requests cannot be sent again as they were.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from eagle3_datagen.render.token_ids import TokenIds
 from eagle3_datagen.write.dataset_dir import DatasetDir, iter_rows
 from eagle3_datagen.write.export_plan import committed_shards, held_out, present_columns, scan
 from eagle3_datagen.write.heldout import VALIDATION, HeldOut
+from eagle3_datagen.write.split_file import SplitChoice
+
+MIN_RECORDS = 50
 
 _COLUMNS = (
     "id",
@@ -38,6 +44,7 @@ class HeldOutRecord:
 
     partition: str
     id: str
+    conversation: str
     turn: int
     prompt_ids: list[int]
     sampling: dict[str, Any]
@@ -50,6 +57,18 @@ class HeldOutSet:
     split: HeldOut
     records: list[HeldOutRecord]
     images_left_out: int
+
+    def conversations(self) -> int:
+        return len({(r.partition, r.conversation) for r in self.records})
+
+    def counts(self) -> dict[str, int]:
+        """What eval sends, as its JSON's ``heldout`` holds it."""
+        return {
+            "conversations": self.conversations(),
+            "records": len(self.records),
+            "moved_to_train": self.split.duplicates_moved,
+            "images_left_out": self.images_left_out,
+        }
 
 
 def _tier_tokens(ds: DatasetDir, partition: str) -> int | None:
@@ -93,12 +112,12 @@ def _rows(ds: DatasetDir, held: HeldOut) -> Iterator[tuple[str, dict[str, Any]]]
                 yield shard.partition, row
 
 
-def held_out_records(ds: DatasetDir, ids: TokenIds, fraction: float, seed: int) -> HeldOutSet:
-    """The held-out records of the dataset under the exports' split (``fraction``, ``seed``);
-    a dataset with none is an error naming the split."""
-    if not 0.0 < fraction < 1.0:
-        raise DatasetError(f"--validation must be in (0, 1), got {fraction}")
-    held = held_out(list(scan(committed_shards(ds), prompts=True)), fraction, seed)
+def held_out_records(
+    ds: DatasetDir, ids: TokenIds, choice: SplitChoice, min_records: int = MIN_RECORDS
+) -> HeldOutSet:
+    """The held-out records of the dataset under its split; fewer than ``min_records`` is an
+    error naming how many there are and why."""
+    held = held_out(list(scan(committed_shards(ds), prompts=True)), choice)
     records, images = [], 0
     for partition, row in _rows(ds, held):
         if row.get("images"):
@@ -108,6 +127,7 @@ def held_out_records(ds: DatasetDir, ids: TokenIds, fraction: float, seed: int) 
             HeldOutRecord(
                 partition=partition,
                 id=str(row["id"]),
+                conversation=str(row.get("conversation_id") or row["id"]),
                 turn=int(row.get("turn") or 0),
                 prompt_ids=row["prompt_ids"],
                 sampling=request_sampling(ds, partition, row.get("sampling"), ids),
@@ -115,12 +135,25 @@ def held_out_records(ds: DatasetDir, ids: TokenIds, fraction: float, seed: int) 
                 mode=row.get("mode"),
             )
         )
-    if not records:
-        moved = f", {held.duplicates_moved} moved to train for a repeated prompt"
-        raise DatasetError(
-            f"{ds.root}: no held-out records to evaluate (--validation {fraction}, --seed {seed}: "
-            f"{held.validation_conversations} of {held.conversations} conversations held out"
-            f"{moved if held.duplicates_moved else ''}"
-            f"{f', {images} image records left out' if images else ''}); raise --validation"
-        )
+    if len(records) < max(1, min_records):
+        raise DatasetError(_too_few(ds, held, choice, len(records), images, min_records))
     return HeldOutSet(held, records, images)
+
+
+def _too_few(
+    ds: DatasetDir, held: HeldOut, choice: SplitChoice, records: int, images: int, minimum: int
+) -> str:
+    why = [
+        f"{held.validation_conversations} of {held.conversations} conversations held out at "
+        f"validation {choice.validation} (seed {choice.seed})"
+    ]
+    if held.duplicates_moved:
+        why.append(f"{held.duplicates_moved} moved to train as repeated prompts")
+    if images:
+        why.append(f"{images} image records left out")
+    return (
+        f"{ds.root}: {records} held-out records, fewer than the minimum {minimum} "
+        f"(--min-records): {', '.join(why)}; an accept length over so few prompts is noise. "
+        "Grow the dataset, lower --min-records (a wider interval), or pass --resplit with a larger "
+        "--validation (drafts trained on the old split can then no longer be evaluated here)"
+    )

@@ -9,12 +9,15 @@ What cannot be checked from here (a draft directory on another machine) is said,
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from eagle3_datagen.errors import PreflightError
+from eagle3_datagen.errors import PreflightError, ServerError
 from eagle3_datagen.sglang.spec_preflight import check_draft_dir, check_draft_fits
 from eagle3_datagen.sglang.speculative import SpeculativeSettings, lossy_reasons
 
@@ -74,3 +77,20 @@ def check_draft(info: Mapping[str, Any], draft: str | None, target: str | None =
         return [f"draft fit not checked: no readable {' nor '.join(missing)}"]
     check_draft_fits(draft_dir, target_dir)
     return []
+
+
+async def unreachable(url: str, err: BaseException) -> ServerError:
+    """``cannot reach URL: <cause>`` for a server that gave no answer: the OS's own reason for
+    a plain TCP connection to it (refused, unknown host), else the client's."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    why = str(err)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), 10.0)
+    except TimeoutError:
+        why = "no answer within 10 s"
+    except OSError as os_err:
+        why = (os.strerror(os_err.errno) if os_err.errno else str(os_err)).lower()
+    else:
+        writer.close()
+    return ServerError(f"cannot reach {url}: {why}")

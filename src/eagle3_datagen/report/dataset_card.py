@@ -32,6 +32,7 @@ from eagle3_datagen.report.data_picture import (
     partition_picture,
     picture_markdown,
 )
+from eagle3_datagen.report.history import latest_eval_markdown, read_history
 from eagle3_datagen.write.manifest import update_manifest
 from eagle3_datagen.write.records import RECORD_SCHEMA
 from eagle3_datagen.write.shards import PartitionOutput, atomic_write_bytes
@@ -283,6 +284,39 @@ def _acceptance(output_dir: str | Path, names: list[str]) -> list[str]:
     return [acceptance_markdown(acc, heading="##").rstrip()]
 
 
+WHAT_IT_LOOKS_LIKE = "## What the data looks like"
+LATEST_EVAL = "## Latest eval"
+
+
+def _latest_eval(output_dir: str | Path) -> list[str]:
+    section = latest_eval_markdown(read_history(output_dir))
+    return [section] if section else []
+
+
+def update_latest_eval(output_dir: str | Path) -> bool:
+    """Put the last recorded eval into an existing card, in place (an eval reads no shards):
+    the section replaced, or added before the data's picture. False without a card."""
+    path = Path(output_dir) / CARD
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return False
+    section = latest_eval_markdown(read_history(output_dir))
+    if section is None:
+        return False
+    if LATEST_EVAL in text:
+        start = text.index(LATEST_EVAL)
+        end = text.find("\n## ", start + len(LATEST_EVAL))
+        text = text[:start] + section + ("\n" + text[end:] if end >= 0 else "\n")
+    elif WHAT_IT_LOOKS_LIKE in text:
+        at = text.index(WHAT_IT_LOOKS_LIKE)
+        text = text[:at] + section + "\n\n" + text[at:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    atomic_write_bytes(path, text.encode())
+    return True
+
+
 def card_text(
     output_dir: str | Path,
     manifest: dict[str, Any],
@@ -320,7 +354,8 @@ def card_text(
         _counts(pictures, manifest),
         *_acceptance(output_dir, names),
         *([coverage_markdown(coverage, heading="##").rstrip()] if coverage else []),
-        "## What the data looks like",
+        *_latest_eval(output_dir),
+        WHAT_IT_LOOKS_LIKE,
         *(picture_markdown(p, heading="###") for p in pictures),
     ]
     return f"---\n{header}---\n\n" + "\n\n".join(body) + "\n"

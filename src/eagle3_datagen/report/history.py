@@ -5,7 +5,9 @@ run: its summary artifact, its log. A nightly operator asks "is tonight slower t
 so at the end of every run the flow appends one JSON line with the run's numbers per partition,
 and ``eagle3-datagen history DIR...`` (and the run's history table artifact) shows them run by
 run. Output lengths are those of the batches this run committed (an earlier night's batches
-are not counted again), read from their commit markers.
+are not counted again), read from their commit markers. ``eagle3-datagen eval`` appends its
+own lines (``"kind": "eval"``); they read as a second table (date, draft, accept length with
+its 95 % interval, gate verdict), the one place a nightly's data and its draft's score meet.
 """
 
 from __future__ import annotations
@@ -31,16 +33,25 @@ COLUMNS: list[tuple[str, str]] = [
     ("partition", "partition"),
     ("status", "status"),
     ("records", "records"),
-    ("accept_rate", "accept"),
-    ("reject_rate", "reject"),
-    ("truncation_rate", "trunc"),
+    ("accept_rate", "lines ok"),
+    ("reject_rate", "rejected"),
+    ("truncation_rate", "truncated"),
     ("tok_s", "tok/s"),
     ("output_p50", "out p50"),
     ("output_p90", "out p90"),
     ("wall", "wall"),
 ]
-# Shown only when some run's partition had a speculating server.
-SPEC_COLUMN = ("spec_accept_length", "accept len")
+# Shown only when some run's partition had a speculating server: tokens per verify step, a
+# speculative figure (not the share of lines accepted, "lines ok").
+SPEC_COLUMN = ("spec_accept_length", "spec accept len")
+EVAL_KIND = "eval"
+EVAL_COLUMNS: list[tuple[str, str]] = [
+    ("started", "eval started (UTC)"),
+    ("draft", "draft"),
+    ("records", "held-out records"),
+    ("accept_length", "accept len [95% CI]"),
+    ("gate", "gate"),
+]
 
 
 def _pct(values: list[int], q: float) -> int | None:
@@ -193,7 +204,7 @@ def history_rows(
     """One row per run and partition, oldest first, formatted for a table; of a retried run,
     only its final attempt unless ``all_attempts``."""
     wanted = set(partitions) if partitions else None
-    entries = list(entries)
+    entries = [e for e in entries if e.get("kind") != EVAL_KIND]
     speculated = any(
         "spec_accept_length" in p for e in entries for p in (e.get("partitions") or {}).values()
     )
@@ -227,11 +238,65 @@ def history_rows(
     return rows
 
 
-def history_text(rows: list[dict[str, Any]]) -> str:
+def _accept_with_ci(entry: dict[str, Any]) -> str:
+    value, ci = entry.get("accept_length"), entry.get("accept_length_ci95")
+    if value is None:
+        return "-"
+    return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{value:.3f} (no interval)"
+
+
+def _verdict(entry: dict[str, Any]) -> str:
+    gate = entry.get("gate") or {}
+    verdict = gate.get("verdict") or ("passed" if gate.get("ok", True) else "failed")
+    return "FAILED" if verdict == "failed" else str(verdict)
+
+
+def eval_rows(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per recorded eval, oldest first: when, which draft, on how many held-out
+    records, its accept length with the interval, the gate's verdict."""
+    rows = []
+    evals = [e for e in entries if e.get("kind") == EVAL_KIND]
+    for e in sorted(evals, key=lambda e: str(e.get("started", ""))):
+        server = e.get("server") or {}
+        held = e.get("heldout") or {}
+        records = e.get("records", "-")
+        rows.append(
+            {
+                "started": str(e.get("started", "-"))[:16].replace("T", " "),
+                "draft": server.get("draft_model_path") or "-",
+                "records": f"{records} ({held['conversations']} conv.)" if held else records,
+                "accept_length": _accept_with_ci(e),
+                "gate": _verdict(e),
+            }
+        )
+    return rows
+
+
+def latest_eval_markdown(entries: Iterable[dict[str, Any]]) -> str | None:
+    """The dataset card's section on the last recorded eval (None when there is none)."""
+    evals = [e for e in entries if e.get("kind") == EVAL_KIND]
+    if not evals:
+        return None
+    e = max(evals, key=lambda e: str(e.get("started", "")))
+    row = eval_rows([e])[0]
+    gate = e.get("gate") or {}
+    return (
+        "## Latest eval\n\n"
+        f"`eagle3-datagen eval` on {row['started']} UTC: a draft's accept length on this "
+        "dataset's held-out split (tokens per verify step, 95 % bootstrap interval over "
+        "held-out conversations; every eval: `eagle3-datagen history DIR --evals`).\n\n"
+        "| draft | held-out records | accept length [95% CI] | gate |\n|---|---|---|---|\n"
+        f"| `{row['draft']}` | {row['records']} | {row['accept_length']} | {row['gate']} |\n\n"
+        f"{gate.get('reason', '')}"
+    ).rstrip()
+
+
+def history_text(rows: list[dict[str, Any]], columns: list[tuple[str, str]] | None = None) -> str:
     """The rows as an aligned plain-text table (the CLI's output)."""
     if not rows:
         return "no runs recorded"
-    columns = [*COLUMNS, SPEC_COLUMN] if SPEC_COLUMN[0] in rows[0] else COLUMNS
+    if columns is None:
+        columns = [*COLUMNS, SPEC_COLUMN] if SPEC_COLUMN[0] in rows[0] else COLUMNS
     cells = [[h for _, h in columns]] + [[str(r[k]) for k, _ in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]

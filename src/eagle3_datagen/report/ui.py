@@ -355,6 +355,13 @@ def partition_run_name(partition: str, when: datetime) -> str:
     return f"partition-{partition} {when:%Y-%m-%d %H:%M}Z"
 
 
+def eval_run_name(dataset: str, when: datetime) -> str:
+    """An eval flow run's name: ``eval synth_100k/datagen 2026-11-29 02:00Z`` (the dataset
+    directory's last two parts: a nightly's output is often ``<dataset>/datagen``)."""
+    parts = Path(dataset.rstrip("/") or "dataset").parts[-2:]
+    return f"eval {'/'.join(parts)} {when:%Y-%m-%d %H:%M}Z"
+
+
 def run_name(source: str | None, config: Any, partitions: list[str] | None, when: datetime) -> str:
     """A flow run name that says what ran: ``kimi-k2.5: B1_glaive+B2_code 2026-11-29 02:00Z``.
 

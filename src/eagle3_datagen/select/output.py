@@ -8,6 +8,12 @@ and writes nothing); a different request into the same directory is refused, nam
 differs. Each source shard gives one shard (the same index) of its kept records; the selection
 keeps no rejects (they are not training data; the source keeps them). The dataset card
 (README.md) is written as for a run, with the selection in its provenance.
+
+The source's held-out split (``split.json``; fixed here when the source has none) is never
+ranked: the rule chooses among training conversations only, every held-out conversation is
+copied as it is, and the source's ``split.json`` goes with them. So an export of the selection
+holds out exactly the source's eval set, and drafts trained on selections by different rules
+are measured on the same prompts, none of which any of them trained on.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from eagle3_datagen.select.choose import (
     tally,
 )
 from eagle3_datagen.write.dataset_dir import DatasetDir, Shard
+from eagle3_datagen.write.export_plan import held_out, scan
+from eagle3_datagen.write.heldout import VALIDATION, HeldOut
 from eagle3_datagen.write.manifest import MANIFEST, summarize, write_manifest
 from eagle3_datagen.write.records import RECORD_SCHEMA
 from eagle3_datagen.write.shards import (
@@ -42,6 +50,7 @@ from eagle3_datagen.write.shards import (
     atomic_write_bytes,
     atomic_write_parquet,
 )
+from eagle3_datagen.write.split_file import choose_split, save_split, split_path
 
 REQUEST = "_selection.json"
 
@@ -56,6 +65,7 @@ class SelectRequest:
     params: dict[str, Any]
     keep: float
     seed: int
+    split: str = ""  # the source's held-out split id (split.json)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,6 +77,7 @@ class SelectOutcome:
     request: SelectRequest
     partitions: dict[str, PartitionChoice]
     already_done: bool = False
+    held_out: dict[str, set[str]] | None = None  # per partition: the source's held-out ones
 
 
 def select_dataset(
@@ -82,15 +93,24 @@ def select_dataset(
         raise DatasetError(f"--output {root} is the source dataset: choose a new directory")
     shards = committed_shards(src)
     rule = select_rule(shards, rule_name)
+    choice = choose_split(src.root)
+    held = held_out(list(scan([s for p in shards.values() for s in p], prompts=True)), choice)
     request = SelectRequest(
-        str(src.root.resolve()), src.content_sha256, rule.name, rule.params, keep, seed
+        str(src.root.resolve()), src.content_sha256, rule.name, rule.params, keep, seed, choice.id
     )
     done = _claim(root, request)
-    choices = {name: choose(name, tally(s, rule), rule, keep, seed) for name, s in shards.items()}
+    kept_out = _held_out_by_partition(held, shards)
+    choices = {
+        name: choose(name, _training(tally(s, rule), kept_out[name]), rule, keep, seed)
+        for name, s in shards.items()
+    }
     if done:
-        return SelectOutcome(root, request, choices, already_done=True)
+        return SelectOutcome(root, request, choices, already_done=True, held_out=kept_out)
+    save_split(src.root, choice, held)
+    atomic_write_bytes(split_path(root), split_path(src.root).read_bytes())
     summaries = {
-        name: _write_partition(root, name, shards[name], choices[name].kept) for name in shards
+        name: _write_partition(root, name, shards[name], choices[name].kept | kept_out[name])
+        for name in shards
     }
     manifest = {
         "first_written": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -102,13 +122,28 @@ def select_dataset(
         "selection": {
             **request.to_dict(),
             "summary": rule.summary,
-            "partitions": {n: c.to_dict() for n, c in choices.items()},
+            "partitions": {
+                n: {**c.to_dict(), "held_out_copied": len(kept_out[n])} for n, c in choices.items()
+            },
             "pipeline_version": pipeline_version(),
         },
     }
     write_manifest(root, manifest)
     refresh_dataset_card(root, manifest)
-    return SelectOutcome(root, request, choices)
+    return SelectOutcome(root, request, choices, held_out=kept_out)
+
+
+def _held_out_by_partition(held: HeldOut, shards: dict[str, list[Shard]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {name: set() for name in shards}
+    for (partition, conversation), side in held.sides.items():
+        if side == VALIDATION and partition in out:
+            out[partition].add(conversation)
+    return out
+
+
+def _training(groups: dict[str, Any], held: set[str]) -> dict[str, Any]:
+    """The conversations a rule may rank: the source's held-out ones never are."""
+    return {conv: t for conv, t in groups.items() if conv not in held}
 
 
 def _input(src: DatasetDir, name: str) -> dict[str, Any]:

@@ -4,9 +4,13 @@ trainer's own conventions (checked by running its own loading and shift code: ``
 Both formats hold ``input_ids = prompt_ids + output_ids`` from the stored ids (never
 re-tokenized). Shards are streamed one at a time; the files appear only when complete (written
 to temporary names, then renamed). Beside them: ``<stem>.export.json`` (the export's own
-metadata: options, counts, truncated and over-length ids, split) and ``<stem>.report.txt``;
-every path in those two is relative to the export's own directory. Which records go where is
-``write/export_plan.py``; the rows themselves ``write/export_rows.py``.
+metadata: options, counts, truncated and over-length ids, split), ``<stem>.report.txt`` and
+``<stem>.provenance.json`` (what ``eval --train-export`` reads: the dataset, the split, the
+rows and the trained conversations); every path in those is relative to the export's own
+directory. By default the dataset's held-out split (``write/split_file.py``, ``split.json``)
+goes to the validation file and never to the training one; ``hold_out=False`` trains on all.
+Which records go where is ``write/export_plan.py``; the rows themselves
+``write/export_rows.py``.
 
 - ``specforge``: SpecForge's pre-tokenized prompts file (``data.prompts_path``), one
   ``{"input_ids": [...], "loss_mask": [...]}`` per line (``specforge/data/prompt_builder.py``:
@@ -80,6 +84,7 @@ from eagle3_datagen.write.export_plan import (
     present_columns,
     scan,
 )
+from eagle3_datagen.write.export_provenance import provenance
 from eagle3_datagen.write.export_report import (
     TRAINERS,
     length_summary,
@@ -95,6 +100,7 @@ from eagle3_datagen.write.export_rows import (
     speculators_row_builder,
 )
 from eagle3_datagen.write.heldout import SPLIT_KEY
+from eagle3_datagen.write.split_file import choose_split, save_split, split_summary
 
 __all__ = [
     "FORMATS",
@@ -135,10 +141,11 @@ class ExportResult:
 
 
 def sibling(out: Path, kind: str) -> Path:
-    """The file written beside ``out``: validation rows, metadata or report."""
+    """The file written beside ``out``: validation rows, metadata, report or provenance."""
     names = {
         "validation": f"{out.stem}.validation{out.suffix}",
         "metadata": f"{out.stem}.export.json",
+        "provenance": f"{out.stem}.provenance.json",
         "report": f"{out.stem}.report.txt",
     }
     return out.with_name(names[kind])
@@ -176,15 +183,17 @@ def _metadata(
             "truncated": opts.truncated,
             "over_length": opts.over_length,
             "max_length": max_length,
-            "validation": opts.validation,
-            "split_seed": opts.split_seed,
+            "validation": plan.choice.validation if plan.choice else None,
+            "split_seed": plan.choice.seed if plan.choice else None,
+            "hold_out": opts.hold_out,
+            "resplit": opts.resplit,
         },
         "trained_positions": trained_positions(fmt),
         "lengths": length_summary([e.length for e in plan.measured], max_length),
         "counts": {
             "records": plan.records,
             "exported": written["train"] + written["validation"],
-            "written": dict(written),
+            "written": {k: written[k] for k in files if files[k] is not None},
             "truncated": len(plan.truncated),
             "truncated_dropped": plan.dropped_truncated,
             "over_length_dropped": plan.dropped_over_length,
@@ -195,9 +204,12 @@ def _metadata(
         "truncated_ids": ids(plan.truncated),
         "over_length_ids": ids(plan.over),
         "split": {
-            **(plan.held.summary() if plan.held else {"key": SPLIT_KEY}),
-            "validation": opts.validation,
-            "seed": opts.split_seed,
+            **(
+                split_summary(plan.choice, plan.held)
+                if plan.choice and plan.held
+                else {"key": SPLIT_KEY, "validation": None, "seed": None}
+            ),
+            "held_out": plan.held is not None,
             "conversations": plan.conversations,
             "validation_conversations": plan.validation_conversations,
         },
@@ -245,12 +257,17 @@ def export_dataset(
     opts = options or ExportOptions(truncated="drop" if skip_truncated else "keep")
     max_length = opts.max_length or TRAINERS[fmt].default_max_length
     ds = DatasetDir(root)
+    choice = (
+        choose_split(ds.root, opts.validation, opts.split_seed, resplit=opts.resplit)
+        if opts.hold_out
+        else None
+    )
     shards = committed_shards(ds)
-    plan = make_plan(list(scan(shards, prompts=opts.validation > 0)), opts, max_length)
+    plan = make_plan(list(scan(shards, prompts=opts.hold_out)), opts, max_length, choice)
     out = Path(output_path)
     files: dict[str, Path | None] = {
         "train": out,
-        "validation": sibling(out, "validation") if opts.validation > 0 else None,
+        "validation": sibling(out, "validation") if opts.hold_out else None,
     }
     result = ExportResult(
         out, fmt, files["validation"], sibling(out, "metadata"), sibling(out, "report")
@@ -267,10 +284,17 @@ def export_dataset(
         meta_tmp.write_bytes(orjson.dumps(result.metadata, option=orjson.OPT_INDENT_2))
         report_tmp = sibling(tmps["train"], "report")
         report_tmp.write_text("\n".join(result.report()) + "\n")
+        prov_tmp = sibling(tmps["train"], "provenance")
+        prov_tmp.write_bytes(
+            orjson.dumps(provenance(ds, plan, per_file, out), option=orjson.OPT_INDENT_2)
+        )
+        if choice is not None and plan.held is not None:
+            save_split(ds.root, choice, plan.held)
         for k, p in tmps.items():
             os.replace(p, targets[k])
         os.replace(meta_tmp, result.metadata_path)  # type: ignore[arg-type]
         os.replace(report_tmp, result.report_path)  # type: ignore[arg-type]
+        os.replace(prov_tmp, sibling(out, "provenance"))
     except OSError as err:
         _cleanup(tmps)
         raise DatasetError(f"{out}: cannot write: {err.strerror or err}") from None
@@ -309,3 +333,4 @@ def _cleanup(tmps: dict[str, Path]) -> None:
     if train is not None:
         sibling(train, "metadata").unlink(missing_ok=True)
         sibling(train, "report").unlink(missing_ok=True)
+        sibling(train, "provenance").unlink(missing_ok=True)

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from eagle3_datagen.errors import DatasetError
 from eagle3_datagen.write.dataset_dir import DatasetDir, Shard
 from eagle3_datagen.write.heldout import (
+    TRAIN,
     VALIDATION,
     Conversation,
     HeldOut,
@@ -28,6 +29,7 @@ from eagle3_datagen.write.heldout import (
     prompt_keys,
     split,
 )
+from eagle3_datagen.write.split_file import SplitChoice
 
 __all__ = ["HeldOut", "in_validation"]
 
@@ -42,20 +44,26 @@ IMAGES_LEFT_OUT = (
 
 @dataclass(frozen=True, slots=True)
 class ExportOptions:
-    """What to do with truncated and over-long records, and the validation split."""
+    """What to do with truncated and over-long records, and the held-out split: the dataset's
+    (``split.json``), unless ``hold_out`` is False (nothing held out) or ``resplit``."""
 
     truncated: Policy = "keep"
     over_length: Policy = "keep"
     max_length: int | None = None  # None: the trainer's default
-    validation: float = 0.0  # fraction of conversations held out
-    split_seed: int = 0
+    validation: float | None = None  # None: the dataset's recorded split (or the default)
+    split_seed: int | None = None  # None: the recorded seed (or 0)
+    hold_out: bool = True  # False: every conversation trains (eval cannot use this export)
+    resplit: bool = False  # replace the dataset's recorded split
 
     def __post_init__(self) -> None:
         for name in ("truncated", "over_length"):
             if getattr(self, name) not in POLICIES:
                 raise DatasetError(f"{name} must be one of {list(POLICIES)}")
-        if not 0.0 <= self.validation < 1.0:
-            raise DatasetError(f"validation must be in [0, 1), got {self.validation}")
+        if self.validation is not None and not 0.0 < self.validation < 1.0:
+            hint = " (to hold nothing out: --no-holdout)" if self.validation == 0 else ""
+            raise DatasetError(f"--validation must be in (0, 1), got {self.validation}{hint}")
+        if not self.hold_out and (self.validation is not None or self.resplit):
+            raise DatasetError("--no-holdout holds nothing out: drop --validation and --resplit")
         if self.max_length is not None and self.max_length < 2:
             raise DatasetError(f"max_length must be at least 2, got {self.max_length}")
 
@@ -91,9 +99,11 @@ class Plan:
     over: list[Entry]  # of ``measured``
     dropped_over_length: int
     sides: dict[tuple[str, str], str] = field(default_factory=dict)
+    groups: dict[tuple[str, str], str] = field(default_factory=dict)  # conversation -> side
     conversations: int = 0
     validation_conversations: int = 0
-    held: HeldOut | None = None  # the dataset's split, when there is a validation side
+    held: HeldOut | None = None  # the dataset's split, when the export holds it out
+    choice: SplitChoice | None = None
 
 
 def present_columns(path: Path, columns: tuple[str, ...]) -> list[str]:
@@ -187,34 +197,38 @@ def _check_refusals(plan: Plan, opts: ExportOptions, max_length: int) -> None:
         )
 
 
-def held_out(entries: list[Entry], fraction: float, seed: int) -> HeldOut:
-    """The dataset's split (heldout.py) over every record, whatever an export leaves out, so
-    the export's validation side and eval's held-out records are the same conversations."""
+def held_out(entries: list[Entry], choice: SplitChoice) -> HeldOut:
+    """The dataset's split (heldout.py, as ``split.json`` fixed it) over every record, whatever
+    an export leaves out, so the export's validation side and eval's held-out records are the
+    same conversations."""
     convs = (Conversation(e.partition, e.conversation, e.prompt) for e in entries)
-    return split(convs, fraction, seed)
+    return split(convs, choice.validation, choice.seed, choice.held_before, choice.moved_before)
 
 
-def _split(plan: Plan, entries: list[Entry], exported: list[Entry], opts: ExportOptions) -> None:
+def _split(
+    plan: Plan, entries: list[Entry], exported: list[Entry], choice: SplitChoice | None
+) -> None:
     """Each exported record's side, by conversation (every turn and sample on one side)."""
-    held = held_out(entries, opts.validation, opts.split_seed)
+    held = held_out(entries, choice) if choice is not None else None
     groups: dict[tuple[str, str], str] = {}
     for e in exported:
         group = (e.partition, e.conversation)
-        groups[group] = held.side(*group)
+        groups[group] = held.side(*group) if held is not None else TRAIN
         plan.sides[e.key] = groups[group]
-    plan.held = held if opts.validation > 0 else None
+    plan.held, plan.choice, plan.groups = held, choice, groups
     n_val = sum(1 for side in groups.values() if side == VALIDATION)
-    if opts.validation > 0 and not 0 < n_val < len(groups):
-        moved = f" ({held.duplicates_moved} moved to train: their prompt is also a training one)"
+    if held is not None and groups and n_val == len(groups):
         raise DatasetError(
-            f"a validation fraction of {opts.validation} put {n_val} of {len(groups)} "
-            f"conversations in validation{moved if held.duplicates_moved else ''}; change "
-            "--validation or --split-seed"
+            f"the dataset's split (validation {held.fraction}, seed {held.seed}) holds out all "
+            f"{len(groups)} exported conversations: nothing would train; pass --resplit with a "
+            "smaller --validation"
         )
     plan.conversations, plan.validation_conversations = len(groups), n_val
 
 
-def make_plan(entries: list[Entry], opts: ExportOptions, max_length: int) -> Plan:
+def make_plan(
+    entries: list[Entry], opts: ExportOptions, max_length: int, choice: SplitChoice | None = None
+) -> Plan:
     """Which records go where ("train" / "validation"), or a refusal naming them."""
     images = [e for e in entries if e.images]
     candidates = [e for e in entries if not e.images]
@@ -234,5 +248,5 @@ def make_plan(entries: list[Entry], opts: ExportOptions, max_length: int) -> Pla
     )
     _check_refusals(plan, opts, max_length)
     exported = [e for e in measured if not (drop_over and e.length > max_length)]
-    _split(plan, entries, exported, opts)
+    _split(plan, entries, exported, choice)
     return plan

@@ -104,7 +104,7 @@ def settings(
             "offline (data.hidden_states_path): compute the features from these rows "
             "(input_ids and loss_mask as written; see docs/exports.md, 'From dataset to drafter')",
         ]
-        if val is not None:
+        if val is not None and n_val:
             lines.append(
                 f"validation: features of {val} as data.eval_hidden_states_path, with "
                 "training.eval_interval > 0 (SpecForge evaluates offline data only)"
@@ -115,7 +115,7 @@ def settings(
         "(pre-tokenized rows pass through: no --render-endpoint, no chat template)",
         f"speculators train ... --total-seq-len {max_length}",
     ]
-    if val is not None:
+    if val is not None and n_val:
         ratio = (n_train + 0.5) / (n_train + n_val)
         lines += [
             f"validation split by conversation: prepare {val} the same way into its own "
@@ -126,7 +126,7 @@ def settings(
         ]
     else:
         lines.append(
-            "no --validation: speculators holds out the last rows after prepare-data's shuffle "
+            "no validation rows: speculators holds out the last rows after prepare-data's shuffle "
             "(--train-data-ratio, default 0.9); it drops primary_id, so the turns and samples of "
             "one conversation can land on both sides"
         )
@@ -175,6 +175,32 @@ def _length_lines(meta: dict[str, Any]) -> list[str]:
     return out
 
 
+def _split_lines(split: dict[str, Any]) -> list[str]:
+    """How many conversations the export left out of training for the dataset's eval, and why
+    (or that it held nothing out, on request)."""
+    if not split.get("held_out", True):
+        return [
+            "held out: nothing (--no-holdout): every conversation is in the training file, so "
+            "`eagle3-datagen eval` cannot measure a draft trained on it on this dataset "
+            "(eval --train-export refuses it)"
+        ]
+    return [
+        f"held out: {split['validation_conversations']} of {split['conversations']} "
+        "conversations, in the validation file, never in the training one: the dataset's eval "
+        f"split ({split.get('file', 'split.json')}, id {split.get('id')}: validation "
+        f"{split['validation']}, seed {split['seed']}, by {split['key']}); `eagle3-datagen "
+        "eval` measures drafts on exactly these",
+        f"repeated prompts: {split.get('duplicates_moved_to_train', 0)} held-out "
+        "conversations moved to train (their first prompt is also a training one)"
+        + (
+            f"; {split['joined_held_out_prompt']} new ones held out (their first prompt is a "
+            "held-out one)"
+            if split.get("joined_held_out_prompt")
+            else ""
+        ),
+    ]
+
+
 def report_lines(meta: dict[str, Any]) -> list[str]:
     """The human-readable report of an export's metadata (``<out>.export.json``)."""
     trainer = TRAINERS[meta["format"]]
@@ -193,16 +219,7 @@ def report_lines(meta: dict[str, Any]) -> list[str]:
     images = meta.get("images") or {}
     if images.get("left_out"):
         out.append(f"{images['left_out']} {images['reason']}; listed in the metadata file")
-    split = meta["split"]
-    if split["validation"]:
-        out.append(
-            f"split by conversation ({split['key']}): {split['validation_conversations']} of "
-            f"{split['conversations']} conversations in validation (seed {split['seed']})"
-        )
-        out.append(
-            f"repeated prompts: {split.get('duplicates_moved_to_train', 0)} held-out "
-            "conversations moved to train (their first prompt is also a training one)"
-        )
+    out += _split_lines(meta["split"])
     out.append("settings (paths relative to the export's directory, where this report is):")
     out += [f"  {line}" for line in meta["settings"]]
     return out

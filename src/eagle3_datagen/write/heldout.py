@@ -14,12 +14,17 @@ One split, used by both the exports (``--validation``: the rows they leave out) 
   on); the rendered ids are the text after the chat template, so two inputs that differ in any
   way the model sees are different prompts. Every held-out conversation whose prompt is also a
   training conversation's prompt moves to the training side, and the moves are counted.
+- **Fixed once per dataset** (``write/split_file.py`` records it in ``split.json``): a dataset
+  that grows keeps its earlier held-out conversations held out (``held_before``) and its moved
+  ones in train (``moved_before``); a new conversation is assigned by the same hash, and one
+  whose first prompt an earlier held-out conversation has is held out with it (that prompt
+  must never reach a training file).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -71,6 +76,8 @@ class HeldOut:
     seed: int
     sides: dict[tuple[str, str], str] = field(default_factory=dict)
     moved: list[tuple[str, str]] = field(default_factory=list)
+    kept: int = 0  # earlier held-out conversations (split.json) held out again
+    joined: list[tuple[str, str]] = field(default_factory=list)  # new, repeating a held-out prompt
 
     def side(self, partition: str, conversation: str) -> str:
         return self.sides.get((partition, conversation), TRAIN)
@@ -96,14 +103,28 @@ class HeldOut:
             "conversations": self.conversations,
             "validation_conversations": self.validation_conversations,
             "duplicates_moved_to_train": self.duplicates_moved,
+            "earlier_held_out_kept": self.kept,
+            "joined_held_out_prompt": len(self.joined),
             "duplicate_key": PROMPT_KEY,
         }
 
+    def held_out_keys(self) -> list[tuple[str, str]]:
+        return sorted(k for k, side in self.sides.items() if side == VALIDATION)
 
-def split(conversations: Iterable[Conversation], fraction: float, seed: int) -> HeldOut:
-    """Each conversation's side by its hash; then every held-out conversation whose prompt a
-    training conversation also has moves to train (in the order given, so deterministic)."""
+
+def split(
+    conversations: Iterable[Conversation],
+    fraction: float,
+    seed: int,
+    held_before: Collection[tuple[str, str]] = (),
+    moved_before: Collection[tuple[str, str]] = (),
+) -> HeldOut:
+    """Each conversation's side: an earlier recorded side, else its hash; a new conversation
+    repeating an earlier held-out prompt is held out with it; then every newly held-out
+    conversation whose prompt a training conversation also has moves to train (in the order
+    given, so deterministic)."""
     held = HeldOut(fraction, seed)
+    before, moved_set = set(held_before), set(moved_before)
     prompts: dict[tuple[str, str], bytes | None] = {}
     for c in conversations:
         key = (c.partition, c.conversation)
@@ -112,12 +133,24 @@ def split(conversations: Iterable[Conversation], fraction: float, seed: int) -> 
                 prompts[key] = c.prompt
             continue
         prompts[key] = c.prompt
-        held.sides[key] = (
-            VALIDATION if in_validation(c.partition, c.conversation, fraction, seed) else TRAIN
-        )
+        if key in before:
+            held.sides[key] = VALIDATION
+        elif key in moved_set:
+            held.sides[key] = TRAIN
+            held.moved.append(key)
+        else:
+            hashed = in_validation(c.partition, c.conversation, fraction, seed)
+            held.sides[key] = VALIDATION if hashed else TRAIN
+    held.kept = sum(1 for k in held.sides if k in before)
+    fixed = {prompts[k] for k in held.sides if k in before and prompts[k] is not None}
+    for key, side in held.sides.items():
+        if side == TRAIN and key not in moved_set and prompts[key] in fixed:
+            held.sides[key] = VALIDATION
+            held.joined.append(key)
     trained = {p for k, p in prompts.items() if p is not None and held.sides[k] == TRAIN}
     for key, side in held.sides.items():
-        if side == VALIDATION and prompts[key] is not None and prompts[key] in trained:
+        new = key not in before and key not in held.joined
+        if side == VALIDATION and new and prompts[key] is not None and prompts[key] in trained:
             held.sides[key] = TRAIN
             held.moved.append(key)
     return held
