@@ -99,19 +99,12 @@ class _Counting:
         self.marks = marks
         self.started = 0
 
-    async def generate(
-        self,
-        input_ids: list[int],
-        sampling: dict[str, Any],
-        rid: str,
-        image_data: list[str] | None = None,
-        top_logprobs: int | None = None,
-    ) -> Any:
+    async def generate(self, request: Any) -> Any:
         self.started += 1
         mark = self.marks.get(self.started)
         if mark is not None:
             mark.set()
-        return await self.inner.generate(input_ids, sampling, rid, image_data, top_logprobs)
+        return await self.inner.generate(request)
 
 
 async def _stats(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:

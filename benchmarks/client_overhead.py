@@ -103,15 +103,21 @@ async def _pipeline(url: str, prompts: Path, out: Path, emu_pid: int) -> dict[st
     from benchmarks.common import partition_runner
     from eagle3_datagen.generate.windowed import run_windowed
     from eagle3_datagen.inputs.prompts import Prompt, parse_prompt, read_batch
+    from eagle3_datagen.sglang.client import GenerateRequest
 
     config, _ = _setup(prompts, out)
     async with partition_runner(config, "bench", url) as (runner, batches, window):
         # Warm-up outside the timed section: lazy imports, template compilation, connections.
         sample = [parse_prompt(raw, line) for line, raw in read_batch(batches[0])[:8]]
-        runner.tokenizer.render([p for p in sample if isinstance(p, Prompt)])
-        warm = [runner.client.generate([1, 2, 3], runner.sampling, f"warm{i}") for i in range(300)]
+        runner.ctx.tokenizer.render([p for p in sample if isinstance(p, Prompt)])
+        warm = [
+            runner.sender.client.generate(
+                GenerateRequest([1, 2, 3], runner.ctx.sampling, f"warm{i}")
+            )
+            for i in range(300)
+        ]
         await asyncio.gather(*warm)
-        render_cpu = _count_render_cpu(runner.tokenizer)
+        render_cpu = _count_render_cpu(runner.ctx.tokenizer)
         c0, e0, t0 = cpu_s(), _emu_cpu(emu_pid), time.monotonic()
         results = await run_windowed(iter(batches), runner.run_batch, window)
         wall, cpu, emu = time.monotonic() - t0, cpu_s() - c0, _emu_cpu(emu_pid) - e0

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import resource
+import secrets
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -79,12 +80,14 @@ async def partition_runner(
     Same planning (streamed batch plan, duplicate scan), same client sizing, same window.
     """
     from eagle3_datagen.generate.batch import PartitionRunner, connect_partition
+    from eagle3_datagen.generate.context import PartitionJob, RunContext
     from eagle3_datagen.generate.plan import plan_partition
 
     plan = plan_partition(config, partition)
+    run = RunContext(run_key=secrets.token_hex(4), budget=budget) if budget else None
     async with connect_partition(config, partition, url, None) as client:
         runner = PartitionRunner.from_plan(
-            plan, config=config, partition=partition, client=client, budget=budget
+            plan, PartitionJob(config, partition, url, run=run), client
         )
         runner.progress.total_lines = plan.total_lines
         yield runner, plan.batches, plan.window

@@ -46,7 +46,7 @@ async def _stack(kind: str, url: str, n: int, concurrency: int) -> dict[str, Any
     import orjson
 
     from benchmarks.emulator_ceiling import make_prompt
-    from eagle3_datagen.sglang.client import SGLangClient
+    from eagle3_datagen.sglang.client import GenerateRequest, SGLangClient
     from sglang_emulator.vocab import Vocab
 
     vocab = Vocab(TOKENIZER_DIR)
@@ -98,7 +98,9 @@ async def _stack(kind: str, url: str, n: int, concurrency: int) -> dict[str, Any
 
         async def send(i: int) -> int:
             p = payload(i)
-            return len((await sg.generate(p["input_ids"], SAMPLING, p["rid"])).output_ids)
+            return len(
+                (await sg.generate(GenerateRequest(p["input_ids"], SAMPLING, p["rid"]))).output_ids
+            )
 
     sem = asyncio.Semaphore(concurrency)
 

@@ -16,7 +16,7 @@ queue, FIFO), prefill time per prompt token, decode time per output token, long-
 - **sequential**: the same partitions one after another with the seed's bare loop (prompts
   rendered before the clock starts, a semaphore of the tier's concurrency): the strongest form
   of the seed's way.
-- **budget**: a LONG and a SHORT partition side by side under ``server.max_tokens_in_flight``
+- **budget**: a LONG and a SHORT partition side by side under ``server.limits.max_tokens_in_flight``
   (prompt + max_tokens reserved per request); the budget's peak must stay under its cap. The
   same two partitions without the cap give the utilization to compare with.
 """
@@ -104,7 +104,9 @@ async def _side_by_side(config: Any, url: str) -> dict[str, Any]:
     from eagle3_datagen.sglang.budget import ServerBudget
 
     ChatTokenizer(config.model.tokenizer_dir)  # loaded once per process, before the clock
-    budget = ServerBudget(config.server.max_requests_in_flight, config.server.max_tokens_in_flight)
+    budget = ServerBudget(
+        config.server.limits.max_requests_in_flight, config.server.limits.max_tokens_in_flight
+    )
     _stats(url, "/emulator/reset_stats", "POST")
     t0 = time.monotonic()
     done = await asyncio.gather(
@@ -118,7 +120,7 @@ async def _side_by_side(config: Any, url: str) -> dict[str, Any]:
         "accepted": sum(done),
         "peak_tokens": budget.peak_tokens,
         "peak_requests": budget.peak_requests,
-        "max_tokens_in_flight": config.server.max_tokens_in_flight,
+        "max_tokens_in_flight": config.server.limits.max_tokens_in_flight,
     }
 
 

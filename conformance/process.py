@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +13,10 @@ from pathlib import Path
 from typing import Any, Self
 
 from conformance.model_dir import make_model_dir
-from tests.support import wait_healthy
+from tests.support import free_port, wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = REPO / "src" / "eagle3_datagen" / "assets"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def model_dir(work: Path, asset: str = "kimi-k2.5-mini") -> Path:

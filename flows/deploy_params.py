@@ -23,8 +23,7 @@ from eagle3_datagen.errors import ConfigError
 def config_parameters(path: str, **overrides: Any) -> dict[str, Any]:
     """``{"config": <validated config as JSON>}``, plus any other flow parameters given."""
     config = load_config(path)
-    for name in overrides.get("partitions") or []:
-        config.partition(name)  # an unknown name is a ConfigError here, not a failed run
+    config.select(overrides.get("partitions"))  # an unknown name fails here, not the run
     return {"config": config.model_dump(mode="json"), **overrides}
 
 

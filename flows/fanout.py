@@ -51,9 +51,7 @@ async def datagen_fanout(
     """
     expected_failures.install()  # a failed job: one ERROR line, no traceback
     logger = get_run_logger()
-    names = partitions or [p.name for p in config.partitions]
-    for name in names:
-        config.partition(name)
+    names = [p.name for p in config.select(partitions)]
     parent = get_run_context().flow_run  # type: ignore[union-attr]
     assert parent is not None
     params = config.model_dump(mode="json")

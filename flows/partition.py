@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +22,7 @@ from prefect.states import State
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.errors import PartitionFailed
 from eagle3_datagen.generate.batch import PartitionRunner, connect_partition
-from eagle3_datagen.generate.context import RunContext
+from eagle3_datagen.generate.context import PartitionJob, RunContext
 from eagle3_datagen.generate.plan import PartitionPlan, plan_partition
 from eagle3_datagen.generate.windowed import run_windowed
 from eagle3_datagen.inputs.near_dups import similar_summary
@@ -187,16 +188,11 @@ async def generate_partition(
     """
     expected_failures.install()  # a batch out of retries: one ERROR line, no traceback
     async with flow_body() as stop:
+        job = PartitionJob(
+            config, partition, server_url, context_length, max_req_input_len, parquet_metadata, run
+        )
         try:
-            return await _generate(
-                config,
-                partition,
-                server_url,
-                context_length,
-                max_req_input_len,
-                parquet_metadata,
-                run,
-            )
+            return await _generate(job)
         except BaseException as err:
             # A stop that reached a batch as an error (its requests aborted) is a stop too.
             if not isinstance(err, asyncio.CancelledError) and not stop.requested:
@@ -213,35 +209,19 @@ async def generate_partition(
             return state  # type: ignore[return-value]
 
 
-async def _generate(
-    config: PipelineConfig,
-    partition: str,
-    server_url: str,
-    context_length: int | None = None,
-    max_req_input_len: int | None = None,
-    parquet_metadata: dict[str, str] | None = None,
-    run: RunContext | None = None,
-) -> dict[str, Any]:
+async def _generate(job: PartitionJob) -> dict[str, Any]:
     """The partition's records: plan, client, batches, its failed-batches table."""
     logger = get_run_logger()
+    config, partition = job.config, job.partition
+    run = job.run
     if run is None:
         run = RunContext.standalone(config, run_key=str(prefect.runtime.flow_run.id))
+        job = dataclasses.replace(job, run=run)
         logger.info(f"{partition}: standalone run: no server supervisor")
     plan = await _plan(config, partition, logger)
     api_key = await api_key_for(config.server)
-    async with connect_partition(config, partition, server_url, api_key) as client:
-        runner = PartitionRunner.from_plan(
-            plan,
-            config=config,
-            partition=partition,
-            client=client,
-            context_length=context_length,
-            max_req_input_len=max_req_input_len,
-            metadata=parquet_metadata,
-            supervisor=run.supervisor,
-            budget=run.budget,
-            run_id=run.run_key[:8],  # rids name the flow run that sent them
-        )
+    async with connect_partition(config, partition, job.server_url, api_key) as client:
+        runner = PartitionRunner.from_plan(plan, job, client)  # rids name the flow run
         progress = runner.progress
         progress.total_lines = plan.total_lines
         run.meter.track(partition, progress)

@@ -59,7 +59,7 @@ async def generate_batch(runner: PartitionRunner, spec: BatchSpec) -> BatchSumma
         attempt = prefect.runtime.task_run.run_count
         if stop is not None and stop.requested:  # a retry that the stop caught as it began
             return cancelled(stopped)
-        delay = retry_delay_s(runner.config.retries.batch_retry_delay_s, attempt)
+        delay = retry_delay_s(runner.retries.batch_retry_delay_s, attempt)
         if delay > 0:
             get_run_logger().info("%s: retry %d in %.0f s", spec.label, attempt - 1, delay)
             await asyncio.sleep(delay)

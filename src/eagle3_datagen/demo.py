@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import socket
 from importlib.resources import files
 from pathlib import Path
 
 from eagle3_datagen.config import PipelineConfig, parse_config
+from eagle3_datagen.processes import free_port
 
 ASSETS = Path(str(files("eagle3_datagen") / "assets"))
 # The bundled Kimi-K2.5-style tokenizers: a fast (Rust) one, and one on Kimi's own class path
@@ -15,12 +15,6 @@ ASSETS = Path(str(files("eagle3_datagen") / "assets"))
 TOKENIZERS = {"mini": ASSETS / "kimi-k2.5-mini", "tiktoken": ASSETS / "kimi-k2.5-tiktoken"}
 TOKENIZER_DIR = TOKENIZERS["mini"]
 DEMO_DIR = ASSETS / "demo"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def default_output_dir() -> Path:
@@ -41,8 +35,7 @@ def demo_config(
                 "mode": "launch",
                 "engine": "emulator",
                 "port": port or free_port(),
-                "startup_timeout_s": 120,
-                "request_timeout_s": 120,
+                "limits": {"startup_timeout_s": 120, "request_timeout_s": 120},
                 "extra_args": ["--emu-ledger", str(output_dir / "emulator-ledger.jsonl")],
             },
             "tiers": [

@@ -160,10 +160,10 @@ def check_output(
         )
 
 
-def check_inputs(config: PipelineConfig, names: list[str], sizes: dict[str, int]) -> None:
+def check_inputs(config: PipelineConfig, names: list[str] | None, sizes: dict[str, int]) -> None:
     """Every selected partition is known (ConfigError) and its input usable (InputFileError,
     every unusable input one line each); ``sizes`` gets each readable input's line count."""
-    parts = [config.partition(name) for name in names]  # ConfigError names the unknown one
+    parts = config.select(names)  # ConfigError names the unknown one
     problems: list[str] = []
     for part in parts:
         result = input_problem(part.name, part.input)
@@ -178,7 +178,7 @@ def check_inputs(config: PipelineConfig, names: list[str], sizes: dict[str, int]
 def check_inputs_and_output(config: PipelineConfig, partitions: list[str] | None) -> None:
     """The checks of :func:`check_before_server` that need no tokenizer: partition names,
     input files, an output path this user can write. Same errors, same words."""
-    check_inputs(config, list(partitions or [p.name for p in config.partitions]), {})
+    check_inputs(config, partitions, {})
     problem = output_path_problem(config.output_dir)
     if problem is not None:
         raise OutputWriteError(problem)
@@ -202,7 +202,7 @@ def check_before_server(
     readable input's line count as it is found, so a caller reporting a failed check still
     knows the partitions' sizes.
     """
-    names = list(partitions or [p.name for p in config.partitions])
+    names = [p.name for p in config.select(partitions)]  # ConfigError: an unknown one
     sizes = {} if sizes is None else sizes
     check_inputs(config, names, sizes)
     tokenizer = load_tokenizer(config)

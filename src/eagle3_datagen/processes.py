@@ -1,11 +1,21 @@
 """What the kernel says of a pid: alive (a zombie is not), and when it started (a reused pid
 starts later). Shared by the server's pidfiles (``sglang/orphans.py``) and the output locks
-(``write/lock.py``), which both must not mistake an exited or recycled process for their own."""
+(``write/lock.py``), which both must not mistake an exited or recycled process for their own.
+Also a free port for a process to listen on (a launched server, the demo, a temporary Prefect
+server, the tests)."""
 
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port of ``host`` that was free a moment ago (the kernel's pick for port 0)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def read_stat(pid: int) -> list[str] | None:

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from eagle3_datagen.errors import ConfigError
+from eagle3_datagen_cli.arguments import add_dataset
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -114,7 +115,7 @@ def _add_coverage(sub: Any) -> None:
         "coverage",
         help="the dataset's mix beside the config's serving profile, off dimensions flagged",
     )
-    coverage.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    add_dataset(coverage)
     coverage.add_argument(
         "--config",
         metavar="CONFIG",
@@ -133,7 +134,7 @@ def _add_validate(sub: Any) -> None:
     validate = sub.add_parser(
         "validate", help="re-validate every record of a finished dataset (exit 1 if any fails)"
     )
-    validate.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    add_dataset(validate)
     validate.add_argument(
         "--tokenizer", metavar="PATH", help="tokenizer path, if it moved since the run"
     )
@@ -149,7 +150,7 @@ def _add_validate(sub: Any) -> None:
 
 def _add_export(sub: Any) -> None:
     export = sub.add_parser("export", help="write a dataset as a trainer's JSONL")
-    export.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    add_dataset(export)
     export.add_argument("--format", required=True, choices=["specforge", "speculators"])
     export.add_argument("--output", required=True, metavar="PATH", help="JSONL file to write")
     export.add_argument(
@@ -207,7 +208,7 @@ def _add_history(sub: Any) -> None:
         help="runs side by side (records, rates, tok/s, output lengths, wall time per "
         "partition), then the evals",
     )
-    history.add_argument("dataset", nargs="+", metavar="DIR", help="output directories")
+    add_dataset(history, many=True)
     history.add_argument("--partition", action="append", metavar="NAME", help="only this one")
     history.add_argument("--last", type=int, metavar="N", help="only the last N rows")
     history.add_argument(

@@ -10,6 +10,8 @@ import os
 import sys
 from typing import Any
 
+from eagle3_datagen_cli.arguments import add_dataset
+
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from eagle3_datagen.evaluate.gate import INCONCLUSIVE
@@ -49,7 +51,7 @@ def add_commands(sub: Any) -> None:
     ev = sub.add_parser(
         "eval", help="a draft's accept length on the held-out split, from a speculating server"
     )
-    ev.add_argument("dataset", metavar="DATASET", help="the run's output directory")
+    add_dataset(ev)
     ev.add_argument(
         "--server-url", required=True, metavar="URL", help="an SGLang server that speculates"
     )

@@ -15,7 +15,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_datagen.errors import ConfigError
+from eagle3_datagen.processes import free_port
 
 _PR_SET_PDEATHSIG = 1
 
@@ -45,12 +45,6 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
     """Without an API URL in Prefect's settings (environment or profile): Prefect's API
@@ -67,7 +61,7 @@ def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
         finally:
             drain()
         return
-    port = _free_port()
+    port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1"}
     cmd = [

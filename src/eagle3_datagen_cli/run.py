@@ -80,8 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         updates["lock_wait_s"] = None if args.wait_for_lock < 0 else args.wait_for_lock
     if updates:
         config = config.model_copy(update=updates)
-    for name in args.partition or []:
-        config.partition(name)
+    config.select(args.partition)
     if args.fan_out and args.server_url:
         raise ConfigError("--fan-out and --server-url exclude each other: each job has its server")
     return _run_and_report(

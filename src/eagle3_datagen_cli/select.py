@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from eagle3_datagen_cli.arguments import add_dataset
+
 RULES = ("flatness", "deviation", "acceptance", "random")
 
 
@@ -33,7 +35,7 @@ def add_commands(sub: Any) -> None:
         "select",
         help="write a new dataset of the conversations a rule ranks first (docs/select.md)",
     )
-    select.add_argument("dataset", metavar="DATASET", help="a finished run's output directory")
+    add_dataset(select)
     select.add_argument(
         "--by",
         required=True,

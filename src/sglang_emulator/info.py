@@ -3,20 +3,41 @@ load behind ``/metrics`` and ``/v1/loads``, and ``/emulator/stats``, in SGLang 0
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from sglang_emulator.args import SGLANG_FLAGS, SGLANG_VERSION
+from sglang_emulator.args import SGLANG_FLAGS, SGLANG_VERSION, EmulatorArgs
+from sglang_emulator.latency import SlotPool, Stats
 from sglang_emulator.metrics import LoadView
+from sglang_emulator.protocol import Limits
+from sglang_emulator.scheduler import PhysicsScheduler
+from sglang_emulator.speculating import Speculator
+from sglang_emulator.vocab import Vocab
 
-if TYPE_CHECKING:
-    from sglang_emulator.server import Emulator
+
+class EmulatorState(Protocol):
+    """What these reports read of the server's state (server.Emulator has it; this module
+    does not import the server, which imports it)."""
+
+    args: EmulatorArgs
+    vocab: Vocab
+    limits: Limits
+    seed: int
+    speculator: Speculator | None
+    max_running_requests: int | None
+    stats: Stats
+    pool: SlotPool
+    physics: PhysicsScheduler | None
+    totals: dict[str, int]
+    startup_time: float
+    served_model_name: str
+
 
 # The SGLang flags the emulator models (args.SGLANG_FLAGS), always in /server_info; SGLang's
 # other flags only when given (SGLang reports ~550 resolved args; the pipeline reads a few).
 _MODELLED = frozenset(names[0].lstrip("-").replace("-", "_") for names, *_ in SGLANG_FLAGS)
 
 
-def model_info(emu: Emulator) -> dict[str, Any]:
+def model_info(emu: EmulatorState) -> dict[str, Any]:
     """``/model_info``: what SGLang 0.5.23 reports about the served model."""
     a = emu.args
     return {
@@ -37,7 +58,7 @@ def model_info(emu: Emulator) -> dict[str, Any]:
     }
 
 
-def server_args(emu: Emulator) -> dict[str, Any]:
+def server_args(emu: EmulatorState) -> dict[str, Any]:
     """The resolved server args, flat like ``ServerArgs``. As SGLang 0.5.23 does, the API
     key is reported in plaintext (``admin_api_key`` is not); ``--emu-*`` flags are not."""
     a = emu.args
@@ -73,7 +94,7 @@ def server_args(emu: Emulator) -> dict[str, Any]:
     }
 
 
-def server_info(emu: Emulator) -> dict[str, Any]:
+def server_info(emu: EmulatorState) -> dict[str, Any]:
     """``/server_info``: the server args, limits and per-rank internal states."""
     args = server_args(emu)
     limits = emu.limits
@@ -106,7 +127,7 @@ def server_info(emu: Emulator) -> dict[str, Any]:
     return info
 
 
-def models(emu: Emulator) -> dict[str, Any]:
+def models(emu: EmulatorState) -> dict[str, Any]:
     """``/v1/models``: the one served model, with its context length."""
     card = {
         "id": emu.served_model_name,
@@ -120,7 +141,7 @@ def models(emu: Emulator) -> dict[str, Any]:
     return {"object": "list", "data": [card]}
 
 
-def load_view(emu: Emulator) -> LoadView:
+def load_view(emu: EmulatorState) -> LoadView:
     """The server's load now, from the physics scheduler or the plain slot counters."""
     t, p = emu.totals, emu.physics
     common = {
@@ -158,7 +179,7 @@ def load_view(emu: Emulator) -> LoadView:
     )
 
 
-def emulator_stats(emu: Emulator) -> dict[str, Any]:
+def emulator_stats(emu: EmulatorState) -> dict[str, Any]:
     """``/emulator/stats``: the request counters, and the physics scheduler's when it runs."""
     snap = emu.stats.snapshot()
     if emu.physics is not None:

@@ -14,7 +14,7 @@ from tests.conformance import requires_sglang
 requires_sglang()
 pytestmark = pytest.mark.conformance
 
-from eagle3_datagen.config import load_config  # noqa: E402
+from eagle3_datagen.config import LaunchFlags, load_config  # noqa: E402
 from eagle3_datagen.sglang.launch_command import build_launch_command  # noqa: E402
 
 CONFIG = REPO / "configs" / "kimi-k2.5.yaml"
@@ -29,7 +29,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def _command(variant: dict[str, Any], **model: Any) -> list[str]:
     cfg = load_config(CONFIG)
-    server = cfg.server.model_copy(update=variant)
+    launch = {k: v for k, v in variant.items() if k in LaunchFlags.model_fields}
+    rest = {k: v for k, v in variant.items() if k not in launch}
+    flags = cfg.server.launch.model_copy(update=launch)
+    server = cfg.server.model_copy(update={**rest, "launch": flags})
     spec = cfg.model.model_copy(update=model)
     return build_launch_command(server, spec, "python", api_key="k-123")
 
@@ -43,12 +46,12 @@ def test_sglang_parser_takes_our_command(name: str) -> None:
     args = prepare_server_args(cmd[3:])  # argparse exits 2 on anything SGLang does not know
     cfg = load_config(CONFIG)
     assert args.model_path == cfg.model.path
-    assert args.tp_size == cfg.server.tp_size
+    assert args.tp_size == cfg.server.launch.tp_size
     assert args.api_key == "k-123"
     assert args.random_seed is not None  # fixed by us, not drawn per launch
     if VARIANTS[name].get("enable_hierarchical_cache", True):
         assert args.enable_hierarchical_cache is True
-        assert args.hicache_size == cfg.server.hicache_size_gb
+        assert args.hicache_size == cfg.server.launch.hicache_size_gb
 
 
 def test_server_info_from_our_command_passes_preflight(tmp_path: Path) -> None:
@@ -87,6 +90,6 @@ def test_server_info_from_our_command_passes_preflight(tmp_path: Path) -> None:
     finally:
         app.stop()
     assert facts.version == "0.5.23"
-    assert facts.server_args.get("tp_size") == cfg.server.tp_size
+    assert facts.server_args.get("tp_size") == cfg.server.launch.tp_size
     assert "k-123" not in repr(facts.server_args)  # the real /server_info leaks it; we scrub it
     assert facts.max_req_input_len is not None

@@ -86,7 +86,8 @@ def test_a_retry_reuses_labels_and_supersedes(
     slow = EmulatorProcess(*SLOW_LONG, port=port, log_dir=tmp_path / "slow").wait_ready()
     config = demo_config(tmp_path / "out").model_dump(mode="json")
     config["tiers"][0]["max_tokens"] = 16  # SHORT
-    config["server"].update(request_timeout_s=2, lost_after_failures=1000)
+    config["server"]["limits"]["request_timeout_s"] = 2
+    config["server"]["recovery"]["lost_after_failures"] = 1000
     config["retries"].update(
         max_attempts=1, backoff_initial_s=0.1, batch_retries=1, batch_retry_delay_s=[0.2]
     )

@@ -158,7 +158,8 @@ async def test_partition_job_renders_to_a_valid_gpu_job() -> None:
     pod = job["template"]["spec"]
     (container,) = pod["containers"]
     assert (
-        container["resources"]["limits"]["nvidia.com/gpu"] == params["config"]["server"]["tp_size"]
+        container["resources"]["limits"]["nvidia.com/gpu"]
+        == params["config"]["server"]["launch"]["tp_size"]
     )
     # The image's ENTRYPOINT is `prefect worker start`: the container command must replace it,
     # or the worker's args would become arguments of a worker.
@@ -183,7 +184,7 @@ async def test_partition_job_renders_to_a_valid_gpu_job() -> None:
     # puts the run back to Scheduled, and a new pod resumes it from the journal on /data.
     assert job["backoffLimit"] == 0
     assert _env(container)["PREFECT_FLOW_RUN_EXECUTE_SIGTERM_BEHAVIOR"] == "reschedule"
-    assert job["activeDeadlineSeconds"] > config["server"]["startup_timeout_s"]
+    assert job["activeDeadlineSeconds"] > config["server"]["limits"]["startup_timeout_s"]
     assert pod["restartPolicy"] == "Never"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"

@@ -44,7 +44,7 @@ def test_failures_reads_the_local_database_a_run_left(tmp_path: Path) -> None:
     # A run without PREFECT_API_URL records into that database (a run that fails in the flow:
     # its server is not there; a missing input would fail before Prefect starts) ...
     config = demo_config(tmp_path / "out").model_dump(mode="json")
-    config["server"]["startup_timeout_s"] = 2
+    config["server"]["limits"]["startup_timeout_s"] = 2
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     run = _cli(home, "run", str(tmp_path / "run.yaml"), "--server-url", dead)

@@ -15,6 +15,7 @@ import pytest
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import TOKENIZER_DIR
 from eagle3_datagen.generate.batch import PartitionRunner
+from eagle3_datagen.generate.context import PartitionJob
 from eagle3_datagen.generate.plan import NEAR_DUPLICATES, plan_partition
 from eagle3_datagen.report.dataset_card import CARD, refresh_dataset_card
 from eagle3_datagen.sglang.client import SGLangClient
@@ -70,7 +71,7 @@ def make(tmp_path: Path, policy: str) -> PipelineConfig:
 async def run(config: PipelineConfig, url: str) -> dict[str, Any]:
     plan = plan_partition(config, "p")
     async with SGLangClient(url) as client:
-        runner = PartitionRunner.from_plan(plan, config=config, partition="p", client=client)
+        runner = PartitionRunner.from_plan(plan, PartitionJob(config, "p", url), client)
         for spec in plan.batches:
             await runner.run_batch(spec)
     out = runner.output

@@ -15,7 +15,7 @@ from PIL import Image
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.demo import TOKENIZER_DIR
 from eagle3_datagen.inputs.prompts import plan_batches
-from eagle3_datagen.sglang.client import GenerateResult, SGLangClient
+from eagle3_datagen.sglang.client import GenerateRequest, GenerateResult, SGLangClient
 from eagle3_datagen.write.shards import PartitionOutput
 from tests.support.pipeline import partition_runner, run_batches
 
@@ -77,16 +77,9 @@ class _SendOrder(SGLangClient):
         super().__init__(url)
         self.sent: list[int] = []
 
-    async def generate(
-        self,
-        input_ids: list[int],
-        sampling_params: dict[str, Any],
-        rid: str,
-        image_data: list[str] | None = None,
-        top_logprobs: int | None = None,
-    ) -> GenerateResult:
-        self.sent.append(len(input_ids))
-        return await super().generate(input_ids, sampling_params, rid, image_data, top_logprobs)
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        self.sent.append(len(request.input_ids))
+        return await super().generate(request)
 
 
 async def _run_in_send_order(config: PipelineConfig, url: str) -> tuple[PartitionOutput, list[int]]:

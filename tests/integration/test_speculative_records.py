@@ -15,6 +15,8 @@ import pytest
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.generate.batch import PartitionRunner
+from eagle3_datagen.generate.context import PartitionJob
+from eagle3_datagen.generate.partition_context import PartitionContext
 from eagle3_datagen.inputs.prompts import plan_batches
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
@@ -63,14 +65,9 @@ async def _run(config: PipelineConfig, url: str) -> tuple[PartitionOutput, RunMe
     meter = RunMeter()
     out = PartitionOutput(config.output_dir, "p")
     async with SGLangClient(url) as client:
-        runner = PartitionRunner(
-            config=config,
-            partition="p",
-            tokenizer=tok,
-            ids=TokenIds.resolve(tok, config.special_tokens),
-            client=client,
-            output=out,
-        )
+        job = PartitionJob(config, "p", url)
+        ctx = PartitionContext.build(job, tok, TokenIds.resolve(tok, config.special_tokens))
+        runner = PartitionRunner(job, ctx, client)
         meter.track("p", runner.progress)
         for spec in plan_batches("p", config.partition("p").input, config.batch_size):
             await runner.run_batch(spec)

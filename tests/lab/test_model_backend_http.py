@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support import free_port
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -65,14 +66,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return target, draft
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start(target: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
-    port = _port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable,

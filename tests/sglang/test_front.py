@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from eagle3_datagen.sglang.client import SGLangClient
+from eagle3_datagen.sglang.client import GenerateRequest, SGLangClient
 from tests.support.emulator import EmulatorProcess
 from tests.support.front import FrontProcess
 
@@ -33,7 +33,7 @@ def test_a_cancelled_client_request_is_cancelled_on_the_server(
     async def go(url: str) -> int:
         async with SGLangClient(url) as client:
             tasks = [
-                asyncio.create_task(client.generate([100 + i] * 50, LONG, f"r{i}"))
+                asyncio.create_task(client.generate(GenerateRequest([100 + i] * 50, LONG, f"r{i}")))
                 for i in range(20)
             ]
             deadline = time.monotonic() + 20

@@ -10,7 +10,7 @@ import pytest
 
 from eagle3_datagen.config import ModelSpec, RetryPolicy, Sampling, ServerSpec
 from eagle3_datagen.errors import PreflightError
-from eagle3_datagen.sglang.client import SGLangClient
+from eagle3_datagen.sglang.client import GenerateRequest, SGLangClient
 from eagle3_datagen.sglang.preflight import preflight, promise_warnings
 from tests.support import TOKENIZER_DIR, wait_until
 from tests.support.emulator import EmulatorProcess
@@ -54,7 +54,9 @@ async def test_a_busy_server_does_not_fail_preflight(emulator_factory: Start) ->
         "0",
     ).wait_ready()
     async with SGLangClient(emu.url) as client:
-        blocker = asyncio.create_task(client.generate([1, 2, 3], {"max_new_tokens": 100}, "other"))
+        blocker = asyncio.create_task(
+            client.generate(GenerateRequest([1, 2, 3], {"max_new_tokens": 100}, "other"))
+        )
         await asyncio.to_thread(wait_until, lambda: emu.stats()["running"] == 1)
         emu.reset_stats()
         facts = await preflight(client, server=SERVER, model=MODEL, retries=QUICK)

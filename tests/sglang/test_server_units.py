@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_datagen.config import ModelSpec, ServerSpec
+from eagle3_datagen.config import LaunchFlags, ModelSpec, ServerSpec
 from eagle3_datagen.errors import ConfigError
 from eagle3_datagen.sglang.health import log_tail
 from eagle3_datagen.sglang.launch_command import (
@@ -56,7 +56,8 @@ def test_optional_flags_follow_in_order() -> None:
 
 
 def test_hicache_off_and_no_remote_code() -> None:
-    server = ServerSpec(enable_hierarchical_cache=False, tp_size=1, mem_fraction_static=0.9)
+    launch = LaunchFlags(enable_hierarchical_cache=False, tp_size=1, mem_fraction_static=0.9)
+    server = ServerSpec(launch=launch)
     cmd = build_launch_command(server, ModelSpec(path="m", trust_remote_code=False), PY)
     assert shlex.join(cmd) == (
         "/usr/bin/python3 -m sglang.launch_server --model-path m --tp-size 1 "

@@ -27,7 +27,7 @@ from eagle3_datagen.errors import (
     RejectedRequestError,
     RetryableRequestError,
 )
-from eagle3_datagen.sglang.client import SGLangClient, request_id
+from eagle3_datagen.sglang.client import GenerateRequest, SGLangClient, request_id
 from eagle3_datagen.sglang.requests import generate_with_retries
 from tests.support import free_port, wait_until
 from tests.support.emulator import EmulatorProcess
@@ -110,8 +110,8 @@ def error(status: int, body: bytes) -> Reply:
 
 async def test_generate_sends_ids_sampling_rid_and_key_on_one_connection() -> None:
     async with serve(lambda h, b: ok()) as srv, SGLangClient(srv.url, api_key="k") as client:
-        result = await client.generate([1, 2, 3], {"max_new_tokens": 3}, "rid-1")
-        await client.generate([4], {}, "rid-2")
+        result = await client.generate(GenerateRequest([1, 2, 3], {"max_new_tokens": 3}, "rid-1"))
+        await client.generate(GenerateRequest([4], {}, "rid-2"))
         info = await client.get_json("/server_info")
     assert result.output_ids == [5, 6, 7] and result.finish_matched == 7
     assert info["output_ids"] == [5, 6, 7]
@@ -161,7 +161,7 @@ async def test_status_maps_to_reject_or_retry(
 ) -> None:
     async with serve(lambda h, b: error(status, body)) as srv, SGLangClient(srv.url) as client:
         with pytest.raises(expected, match=message.replace("(", r"\(")) as info:
-            await client.generate([1], {}, "p:1:0")
+            await client.generate(GenerateRequest([1], {}, "p:1:0"))
     assert getattr(info.value, "status", None) == status
 
 
@@ -180,11 +180,11 @@ async def test_transport_failures_are_retryable_without_status(reply: Reply, mes
         SGLangClient(srv.url, timeout_s=0.5) as client,
     ):
         with pytest.raises(RetryableRequestError, match=message) as info:
-            await client.generate([1], {}, "r")
+            await client.generate(GenerateRequest([1], {}, "r"))
         assert info.value.status is None  # counts toward "server lost"
         assert len(srv.requests) == 1, "a fresh connection's failure is not resent"
         srv.respond = lambda h, b: ok()
-        assert (await client.generate([1], {}, "r2")).output_ids == [5, 6, 7]
+        assert (await client.generate(GenerateRequest([1], {}, "r2"))).output_ids == [5, 6, 7]
 
 
 async def test_nothing_listening() -> None:
@@ -192,7 +192,7 @@ async def test_nothing_listening() -> None:
         url = srv.url
     async with SGLangClient(url) as client:
         with pytest.raises(RetryableRequestError, match="connection error") as info:
-            await client.generate([1], {}, "r")
+            await client.generate(GenerateRequest([1], {}, "r"))
         assert info.value.status is None
         assert await client.health_status("/health") == 0
 
@@ -264,13 +264,13 @@ async def test_a_request_on_a_connection_the_server_closed_is_resent_on_a_fresh_
     uvicorn: Uvicorn,
 ) -> None:
     async with SGLangClient(uvicorn.url) as client:
-        first = await client.generate([1], {}, "a")
+        first = await client.generate(GenerateRequest([1], {}, "a"))
         # The event loop is blocked (as by a prompt render or a Parquet write) past the
         # server's keep-alive: uvicorn closes the idle connection, and the client has not seen
         # it when it sends the next request on it.
         time.sleep(1.5)
-        second = await client.generate([1], {}, "b")
-        third = await client.generate([1], {}, "c")
+        second = await client.generate(GenerateRequest([1], {}, "b"))
+        third = await client.generate(GenerateRequest([1], {}, "c"))
     assert second.rid.startswith("b@"), "answered: no error reached the caller"
     assert _port(second.rid) != _port(first.rid), "answered on a fresh connection"
     assert _port(third.rid) != _port(first.rid)
@@ -278,10 +278,10 @@ async def test_a_request_on_a_connection_the_server_closed_is_resent_on_a_fresh_
 
 async def test_a_server_gone_for_good_still_fails_after_the_one_resend(uvicorn: Uvicorn) -> None:
     async with SGLangClient(uvicorn.url) as client:
-        await client.generate([1], {}, "a")
+        await client.generate(GenerateRequest([1], {}, "a"))
         uvicorn.stop()  # blocks the loop: the client has not seen the close when it sends
         with pytest.raises(RetryableRequestError, match="connection error") as info:
-            await client.generate([1], {}, "b")
+            await client.generate(GenerateRequest([1], {}, "b"))
     assert info.value.status is None, "a connection error: counts toward 'server lost'"
 
 
@@ -300,7 +300,7 @@ async def test_a_rid_the_server_still_holds_is_retried_not_rejected(
     ).wait_ready()
     retried: list[int] = []
     async with SGLangClient(emu.url) as client:
-        earlier = asyncio.create_task(client.generate([1, 2, 3], {}, "B1:17:0"))
+        earlier = asyncio.create_task(client.generate(GenerateRequest([1, 2, 3], {}, "B1:17:0")))
         await asyncio.to_thread(wait_until, lambda: emu.stats()["running"] == 1)
         result = await generate_with_retries(
             client,

@@ -10,7 +10,6 @@ Benchmarks import it as ``tests.support`` (the repository root is on the path in
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -19,15 +18,10 @@ from typing import Any
 
 import httpx
 
+from eagle3_datagen.processes import free_port as free_port  # the one free_port
+
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER_DIR = REPO / "src" / "eagle3_datagen" / "assets" / "kimi-k2.5-mini"
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until(

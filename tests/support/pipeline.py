@@ -17,9 +17,12 @@ import yaml
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.generate.batch import PartitionRunner
+from eagle3_datagen.generate.context import PartitionJob, RunContext
+from eagle3_datagen.generate.partition_context import PartitionContext
 from eagle3_datagen.inputs.prompts import plan_batches
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.write.shards import PartitionOutput
 from tests.support import TOKENIZER_DIR, free_port
@@ -54,28 +57,29 @@ def write_config(data: dict[str, Any], out: Path) -> Path:
 
 
 def partition_runner(
-    config: PipelineConfig, client: SGLangClient, **runner: Any
+    config: PipelineConfig,
+    client: SGLangClient,
+    *,
+    run_id: str | None = None,
+    context_length: int | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> PartitionRunner:
-    """The runner of partition ``p`` with the test tokenizer, writing to the config's output;
-    ``runner`` adds PartitionRunner arguments (e.g. ``run_id``, ``context_length``)."""
+    """The runner of partition ``p`` with the test tokenizer, writing to the config's output,
+    without a plan (nothing of the output is moved or reused); ``run_id``: the run key its
+    rids carry, ``context_length``: the server's, ``metadata``: the Parquet metadata."""
     tok = ChatTokenizer(str(TOKENIZER_DIR), render=config.model.render)
-    return PartitionRunner(
-        config=config,
-        partition="p",
-        tokenizer=tok,
-        ids=TokenIds.resolve(tok, config.special_tokens),
-        client=client,
-        output=PartitionOutput(config.output_dir, "p"),
-        **runner,
-    )
+    run = RunContext(run_key=run_id, budget=ServerBudget()) if run_id else None
+    job = PartitionJob(config, "p", "", context_length, None, metadata, run)
+    ids = TokenIds.resolve(tok, config.special_tokens)
+    return PartitionRunner(job, PartitionContext.build(job, tok, ids), client)
 
 
 async def run_batches(
     config: PipelineConfig, url: str, client: SGLangClient | None = None, **runner: Any
 ) -> PartitionOutput:
     """Every batch of partition ``p`` through one PartitionRunner, in order, without Prefect;
-    ``client`` (opened and closed here) replaces a plain one to ``url``; ``runner`` adds
-    PartitionRunner arguments (e.g. ``run_id``, ``context_length``)."""
+    ``client`` (opened and closed here) replaces a plain one to ``url``; ``runner``:
+    partition_runner's keywords (``run_id``, ``context_length``, ``metadata``)."""
     async with client or SGLangClient(url) as client:
         runs = partition_runner(config, client, **runner)
         for spec in plan_batches("p", config.partition("p").input, config.batch_size):

@@ -73,7 +73,7 @@ async def test_cancelled_waiter_leaves_no_reservation() -> None:
 
 
 async def test_the_ceiling_holds_over_the_adaptive_limit() -> None:
-    """server.max_requests_in_flight is a ceiling: the controller's limit never lifts it."""
+    """server.limits.max_requests_in_flight is a ceiling: the controller's limit never lifts it."""
     budget = ServerBudget(max_requests=3, adaptive=["auto"])
     budget.set_adaptive_limit(10)
     assert budget.adaptive_limit == 3

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_datagen.config import PipelineConfig, load_config
+from eagle3_datagen.config import PipelineConfig, load_config, parse_config
 from eagle3_datagen.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ def test_shipped_configs_load() -> None:
     assert Path(demo.partitions[0].input).is_file()
     kimi = load_config(REPO / "configs" / "kimi-k2.5.yaml")
     assert kimi.model.path == "/shared/kimi-k2.5-int4"
-    assert kimi.server.tp_size == 8
+    assert kimi.server.launch.tp_size == 8
     assert kimi.partitions[0].name == "B1_glaive"
 
 
@@ -77,4 +77,41 @@ def test_flow_parameter_schema_has_forms_for_tiers_and_partitions() -> None:
     assert schema["properties"]["partitions"]["items"]["$ref"].endswith("/Partition")
     server = schema["$defs"]["ServerSpec"]["properties"]
     assert server["mode"]["enum"] == ["launch", "attach"]
-    assert "description" in server["tp_size"]
+    assert "description" in schema["$defs"]["LaunchFlags"]["properties"]["tp_size"]
+
+
+def test_partitions_are_selected_by_name_and_an_unknown_one_is_refused() -> None:
+    config = parse_config(
+        {
+            "model": {"path": "m"},
+            "partitions": [
+                {"name": n, "input": f"{n}.jsonl", "tier": "SHORT"} for n in ("a", "b", "c")
+            ],
+        }
+    )
+    assert [p.name for p in config.select(None)] == ["a", "b", "c"]
+    assert [p.name for p in config.select(["c", "a"])] == ["c", "a"]
+    with pytest.raises(ConfigError, match="unknown partition 'x'"):
+        config.select(["a", "x"])
+
+
+def test_server_launch_limits_and_recovery_keys_still_load_from_their_old_place() -> None:
+    """A config written before server.launch, .limits and .recovery loads the same; a key set in
+    both places is refused, naming the one to keep."""
+    base = {
+        "model": {"path": "m"},
+        "partitions": [{"name": "a", "input": "a.jsonl", "tier": "SHORT"}],
+    }
+    flat = {"request_timeout_s": 7, "max_relaunches": 0, "tp_size": 4}
+    old = parse_config({**base, "server": flat})
+    grouped = {
+        "launch": {"tp_size": 4},
+        "limits": {"request_timeout_s": 7},
+        "recovery": {"max_relaunches": 0},
+    }
+    assert old.server == parse_config({**base, "server": grouped}).server
+    assert old.server.limits.request_timeout_s == 7 and old.server.recovery.max_relaunches == 0
+    assert old.server.launch.tp_size == 4
+    both = {"request_timeout_s": 7, "limits": {"request_timeout_s": 8}}
+    with pytest.raises(ConfigError, match=r"keep server\.limits\.request_timeout_s"):
+        parse_config({**base, "server": both})

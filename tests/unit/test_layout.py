@@ -86,6 +86,94 @@ def test_library_stages_have_no_import_cycle():
     assert cycle is None, f"import cycle {' -> '.join(cycle or [])}: " + ", ".join(where)
 
 
+# Every package's modules, by the name they import under (flows/ and tasks/ install as
+# eagle3_datagen_flows and eagle3_datagen_tasks).
+PACKAGES = {
+    "eagle3_datagen": LIBRARY,
+    "sglang_emulator": ROOT / "src" / "sglang_emulator",
+    "eagle3_datagen_cli": ROOT / "src" / "eagle3_datagen_cli",
+    "eagle3_datagen_flows": ROOT / "flows",
+    "eagle3_datagen_tasks": ROOT / "tasks",
+}
+
+
+def _modules() -> dict[str, Path]:
+    """Module name -> file, for every package (a package's ``__init__`` under its own name)."""
+    found: dict[str, Path] = {}
+    for package, base in PACKAGES.items():
+        for path in base.rglob("*.py"):
+            parts = [package, *path.relative_to(base).with_suffix("").parts]
+            if "assets" in parts:
+                continue
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def module_edges(source: str, modules: set[str]) -> list[tuple[str, int]]:
+    """The modules of ``modules`` a source imports, with the line: every import, those under
+    ``if TYPE_CHECKING:`` and inside functions too (a circle through a type-only import is
+    still two modules that each need the other). ``from pkg import mod`` is an edge to the
+    module ``pkg.mod``, not to the package."""
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = [f"{node.module}.{a.name}" for a in node.names]
+            subs = [m for m in subs if m in modules]
+            targets = subs or ([node.module] if node.module in modules else [])
+            found.extend((m, node.lineno) for m in targets)
+        elif isinstance(node, ast.Import):
+            found.extend((a.name, node.lineno) for a in node.names if a.name in modules)
+    return found
+
+
+def _module_graph() -> dict[str, dict[str, str]]:
+    """module -> {imported module: "file:line" of the first such import}, all packages."""
+    modules = _modules()
+    graph: dict[str, dict[str, str]] = defaultdict(dict)
+    for name, path in sorted(modules.items()):
+        graph[name]  # a module that imports none of ours is in the graph too
+        for module, line in module_edges(path.read_text(), set(modules)):
+            if module != name:
+                graph[name].setdefault(module, f"{path.relative_to(ROOT)}:{line}")
+    return graph
+
+
+def test_module_edges_see_type_checking_and_submodule_imports():
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from pkg import mod\n"
+        "if TYPE_CHECKING:\n"
+        "    from pkg.other import Thing\n"
+    )
+    edges = module_edges(source, {"pkg", "pkg.mod", "pkg.other"})
+    assert edges == [("pkg.mod", 2), ("pkg.other", 4)]
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_import_circle_between_modules(package):
+    """No two modules of a package need each other, however indirectly: not at run time and
+    not for types only (``TYPE_CHECKING``)."""
+    graph = {
+        module: {m: where for m, where in edges.items() if m.split(".")[0] == package}
+        for module, edges in _module_graph().items()
+        if module.split(".")[0] == package
+    }
+    assert len(graph) >= 2, f"saw only {sorted(graph)}"  # it saw the tree
+    cycle = find_cycle(graph)
+    where = [graph[a][b] for a, b in itertools.pairwise(cycle)] if cycle else []
+    assert cycle is None, f"import circle {' -> '.join(cycle or [])}: " + ", ".join(where)
+
+
+def test_only_the_orchestration_imports_the_batch_runner():
+    """generate/batch.py (PartitionRunner) is the top of the generate stage: its steps take the
+    partition's context and a sender, so no other module of a package needs it."""
+    graph = _module_graph()
+    users = sorted(m for m, edges in graph.items() if "eagle3_datagen.generate.batch" in edges)
+    assert users and all(
+        m.startswith(("eagle3_datagen_flows", "eagle3_datagen_tasks")) for m in users
+    ), users
+
+
 def test_readme_layout_lists_the_stages_in_import_order():
     """Each stage in README's Layout imports only stages listed above it."""
     text = (ROOT / "README.md").read_text()

@@ -7,6 +7,7 @@ import re
 from eagle3_datagen.report.progress import Progress
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import run_progress_markdown, summary_row
+from eagle3_datagen.write.shards import BatchSummary
 
 
 def test_a_retried_batch_counts_its_lines_once() -> None:
@@ -18,14 +19,7 @@ def test_a_retried_batch_counts_its_lines_once() -> None:
         p.batch_started(index, 1)  # one input reject
         for _ in range(15):
             p.line_done(index, 100)
-        p.batch_committed(
-            index,
-            lines=16,
-            accepted=15,
-            rejected=1,
-            truncated=2,
-            rejects_by_reason={"bad_input": 1},
-        )
+        p.batch_committed(BatchSummary("p", index, 0, 16, 15, 1, 2, {"bad_input": 1}))
     p.attempt(1)
     p.batch_started(1, 0)
     for _ in range(10):
@@ -38,7 +32,7 @@ def test_a_retried_batch_counts_its_lines_once() -> None:
     assert p.done == 55  # the 3 lost in flight are not done any more
     for _ in range(9):
         p.line_done(1, 100)
-    p.batch_committed(1, lines=16, accepted=16, rejected=0, truncated=0, rejects_by_reason={})
+    p.batch_committed(BatchSummary("p", 1, 0, 16, accepted=16))
     assert p.done == 64 == p.total_lines  # never 83/64
     assert p.attempts == {0: 1, 2: 1, 3: 1, 1: 2}
     assert p.output_tokens == 45 * 100 + 19 * 100  # each response once

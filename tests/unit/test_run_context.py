@@ -33,8 +33,8 @@ def test_a_standalone_context_round_trips_with_the_configs_limits(tmp_path: Path
     again = RunContext.model_validate_json(RunContext.standalone(config).model_dump_json())
     server = config.server
     assert again.run_key == "standalone"
-    assert again.budget.max_requests == server.max_requests_in_flight
-    assert again.budget.max_tokens == server.max_tokens_in_flight
+    assert again.budget.max_requests == server.limits.max_requests_in_flight
+    assert again.budget.max_tokens == server.limits.max_tokens_in_flight
 
 
 def test_partition_subflow_reruns_from_its_recorded_parameters(tmp_path: Path):

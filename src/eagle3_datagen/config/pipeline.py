@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -118,6 +119,11 @@ class PipelineConfig(StrictModel):
         raise ConfigError(
             f"unknown partition {name!r}; the config has {[p.name for p in self.partitions]}"
         )
+
+    def select(self, names: Sequence[str] | None) -> list[Partition]:
+        """The partitions ``names`` selects, in that order (None or empty: all of them); an
+        unknown name is a ConfigError, raised before anything starts."""
+        return [self.partition(name) for name in names] if names else list(self.partitions)
 
     def resolve_paths(self, base: Path) -> PipelineConfig:
         """Make relative paths absolute against ``base`` (the config file's directory)."""

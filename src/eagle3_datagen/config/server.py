@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -90,6 +90,101 @@ class SpeculativeSpec(StrictModel):
         return self.num_draft_tokens
 
 
+class LaunchFlags(StrictModel):
+    """SGLang's launch flags for a server the run launches (attach mode: unused, but pre-flight
+    warns where the attached server's tp_size differs)."""
+
+    tp_size: int = Field(
+        title="Tensor parallel size",
+        default=DEFAULT_TP_SIZE,
+        ge=1,
+        description="--tp-size (GPUs per server).",
+    )
+    mem_fraction_static: float = Field(
+        title="Static memory fraction", default=DEFAULT_MEM_FRACTION, gt=0.0, lt=1.0
+    )
+    enable_hierarchical_cache: bool = Field(title="Hierarchical cache", default=True)
+    hicache_size_gb: int = Field(
+        title="Hierarchical cache size (GB)",
+        default=DEFAULT_HICACHE_SIZE_GB,
+        ge=0,
+        description="--hicache-size",
+    )
+    num_continuous_decode_steps: int = Field(
+        title="Continuous decode steps", default=DEFAULT_CONTINUOUS_DECODE_STEPS, ge=1
+    )
+    random_seed: int = Field(
+        title="Random seed",
+        default=0,
+        ge=0,
+        description="--random-seed. Fixed, because SGLang otherwise picks a random seed at every "
+        "launch, so the same config would sample differently after each launch or relaunch.",
+    )
+
+
+class ServerLimits(StrictModel):
+    """What the run asks of the server at most: requests and tokens in flight across every
+    partition, and how long a start and a request may take."""
+
+    startup_timeout_s: float = Field(
+        title="Startup timeout (s)",
+        default=3600.0,
+        gt=0,
+        description="Health-gate deadline; a 1T model loads for tens of minutes.",
+    )
+    max_requests_in_flight: int | None = Field(
+        title="Max requests in flight (server)",
+        default=None,
+        ge=1,
+        description="Server-wide cap on requests in flight across all partitions (None: the "
+        "sum of the tiers' concurrency).",
+    )
+    max_tokens_in_flight: int | None = Field(
+        title="Max tokens in flight (server)",
+        default=None,
+        ge=1,
+        description="Server-wide cap on prompt + max_tokens summed over requests in flight, "
+        "i.e. KV cache reserved; keeps a LONG tier from crowding out the others. None: no cap.",
+    )
+    request_timeout_s: float = Field(
+        title="Request timeout (s)",
+        default=1800.0,
+        gt=0,
+        description="Per-request timeout; a 16k-token generation takes minutes.",
+    )
+
+
+class Recovery(StrictModel):
+    """When a server counts as lost, and how the run gets it back (launch mode relaunches it)."""
+
+    lost_after_failures: int = Field(
+        title="Failures before 'lost'",
+        default=5,
+        ge=1,
+        description="Consecutive connection failures that mean 'server lost'.",
+    )
+    max_relaunches: int = Field(
+        title="Max relaunches",
+        default=2,
+        ge=0,
+        description="Launch mode: relaunches of a lost server before giving up.",
+    )
+    recovery_check_s: float = Field(
+        title="Recovery wait (s)",
+        default=60.0,
+        gt=0,
+        description="How long a lost server may take to answer again.",
+    )
+
+
+# server.<key> -> the group that holds it now (configs written before the groups still load).
+MOVED = {
+    **dict.fromkeys(LaunchFlags.model_fields, "launch"),
+    **dict.fromkeys(ServerLimits.model_fields, "limits"),
+    **dict.fromkeys(Recovery.model_fields, "recovery"),
+}
+
+
 class ServerSpec(StrictModel):
     """The SGLang server: launched by the run (and stopped with it) or attached to by URL."""
 
@@ -118,25 +213,6 @@ class ServerSpec(StrictModel):
         le=65535,
         description="Launch mode: --port; 0 picks a free port (several servers on one node).",
     )
-    tp_size: int = Field(
-        title="Tensor parallel size",
-        default=DEFAULT_TP_SIZE,
-        ge=1,
-        description="--tp-size (GPUs per server).",
-    )
-    mem_fraction_static: float = Field(
-        title="Static memory fraction", default=DEFAULT_MEM_FRACTION, gt=0.0, lt=1.0
-    )
-    enable_hierarchical_cache: bool = Field(title="Hierarchical cache", default=True)
-    hicache_size_gb: int = Field(
-        title="Hierarchical cache size (GB)",
-        default=DEFAULT_HICACHE_SIZE_GB,
-        ge=0,
-        description="--hicache-size",
-    )
-    num_continuous_decode_steps: int = Field(
-        title="Continuous decode steps", default=DEFAULT_CONTINUOUS_DECODE_STEPS, ge=1
-    )
     enable_metrics: bool = Field(
         title="Prometheus metrics",
         default=False,
@@ -147,13 +223,6 @@ class ServerSpec(StrictModel):
         title="Auto concurrency",
         default_factory=lambda: AutoConcurrency(),
         description="How tiers with concurrency 'auto' are steered (server-wide).",
-    )
-    random_seed: int = Field(
-        title="Random seed",
-        default=0,
-        ge=0,
-        description="--random-seed. Fixed, because SGLang otherwise picks a random seed at every "
-        "launch, so the same config would sample differently after each launch or relaunch.",
     )
     context_length: int | None = Field(
         title="Context length",
@@ -187,50 +256,43 @@ class ServerSpec(StrictModel):
         description="Name of a Prefect Secret block holding SGLang's --api-key (instead of "
         "api_key_env).",
     )
-    startup_timeout_s: float = Field(
-        title="Startup timeout (s)",
-        default=3600.0,
-        gt=0,
-        description="Health-gate deadline; a 1T model loads for tens of minutes.",
+    launch: LaunchFlags = Field(
+        title="Launch flags",
+        default_factory=LaunchFlags,
+        description="SGLang's --tp-size, --mem-fraction-static, hierarchical cache, decode steps "
+        "and --random-seed for a launched server.",
     )
-    max_requests_in_flight: int | None = Field(
-        title="Max requests in flight (server)",
-        default=None,
-        ge=1,
-        description="Server-wide cap on requests in flight across all partitions (None: the "
-        "sum of the tiers' concurrency).",
+    limits: ServerLimits = Field(
+        title="Limits",
+        default_factory=ServerLimits,
+        description="What the run asks of the server at most: requests and tokens in flight, "
+        "how long a start and a request may take.",
     )
-    max_tokens_in_flight: int | None = Field(
-        title="Max tokens in flight (server)",
-        default=None,
-        ge=1,
-        description="Server-wide cap on prompt + max_tokens summed over requests in flight, "
-        "i.e. KV cache reserved; keeps a LONG tier from crowding out the others. None: no cap.",
+    recovery: Recovery = Field(
+        title="Recovery",
+        default_factory=Recovery,
+        description="When a server counts as lost, and how the run gets it back.",
     )
-    lost_after_failures: int = Field(
-        title="Failures before 'lost'",
-        default=5,
-        ge=1,
-        description="Consecutive connection failures that mean 'server lost'.",
-    )
-    max_relaunches: int = Field(
-        title="Max relaunches",
-        default=2,
-        ge=0,
-        description="Launch mode: relaunches of a lost server before giving up.",
-    )
-    recovery_check_s: float = Field(
-        title="Recovery wait (s)",
-        default=60.0,
-        gt=0,
-        description="How long a lost server may take to answer again.",
-    )
-    request_timeout_s: float = Field(
-        title="Request timeout (s)",
-        default=1800.0,
-        gt=0,
-        description="Per-request timeout; a 16k-token generation takes minutes.",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        """A config written before ``launch``, ``limits`` and ``recovery`` existed still
+        loads: its keys
+        move into the group that holds them now (both places set: refused, naming the key)."""
+        if not isinstance(data, dict) or not MOVED.keys() & data.keys():
+            return data
+        data = dict(data)
+        for key in MOVED.keys() & data.keys():
+            group = dict(data.get(MOVED[key]) or {})
+            if key in group:
+                raise ValueError(
+                    f"server.{key} and server.{MOVED[key]}.{key} are both set; keep "
+                    f"server.{MOVED[key]}.{key} (server.{key} is its old name)"
+                )
+            group[key] = data.pop(key)
+            data[MOVED[key]] = group
+        return data
 
     @field_validator("extra_args")
     @classmethod

@@ -4,12 +4,14 @@ This is the pipeline's logic with no Prefect in it; a Prefect task wraps :meth:`
 Batches of a partition run concurrently and share one client and one semaphore sized by the
 tier's concurrency, so the server's slots stay full across batch boundaries.
 
-The steps of one batch, in the order :meth:`PartitionRunner._run_batch` calls them:
+The runner holds the partition's fixed parts (``generate/partition_context.py``) and its sender
+(``generate/send.py``); the steps take those, never the runner, so nothing below imports this
+module. The steps of one batch, in the order :meth:`PartitionRunner._run_batch` calls them:
 
 1. ``generate/prepare.py``: the lines parsed and their first turns rendered (jobs or rejects),
    and what earlier attempts left (``generate/earlier.py``: the journal, superseded results);
 2. ``generate/converse.py``: every conversation at once, each one's turns in order; a turn
-   (``generate/turn.py``) is reused or sent (``generate/send.py``), then validated;
+   (``generate/turn.py``) is reused or sent (through the sender), then validated;
 3. ``generate/summary.py``: the outcomes counted into the batch's summary, and the batch
    written with its commit marker.
 """
@@ -17,104 +19,52 @@ The steps of one batch, in the order :meth:`PartitionRunner._run_batch` calls th
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
-from typing import Any
 
-from eagle3_datagen.config import PipelineConfig, Tier
+from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.generate import gc_tuning
-from eagle3_datagen.generate.conversation import record_id
+from eagle3_datagen.generate.context import PartitionJob
 from eagle3_datagen.generate.converse import run_conversations
-from eagle3_datagen.generate.media import TurnImages, turn_images
 from eagle3_datagen.generate.offload import off_loop
+from eagle3_datagen.generate.partition_context import PartitionContext
 from eagle3_datagen.generate.plan import PartitionPlan
 from eagle3_datagen.generate.prepare import prepare_batch
+from eagle3_datagen.generate.send import TurnSender
 from eagle3_datagen.generate.summary import commit_batch, summarize_batch
-from eagle3_datagen.inputs.near_dups import Similar
-from eagle3_datagen.inputs.prompts import BatchSpec, Prompt
-from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
-from eagle3_datagen.render.token_ids import TokenIds
-from eagle3_datagen.report.progress import Progress
-from eagle3_datagen.sglang.budget import ServerBudget
+from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.pool import ServerPool, connect
-from eagle3_datagen.sglang.preflight import length_rejection
 from eagle3_datagen.sglang.requests import GenerateClient
-from eagle3_datagen.sglang.supervisor import ServerSupervisor
-from eagle3_datagen.write.resume import ReusePool
-from eagle3_datagen.write.shards import BatchSummary, PartitionOutput
+from eagle3_datagen.write.shards import BatchSummary
 
 
 class PartitionRunner:
-    """Shared state of one partition's run: tokenizer, client, limits, output directory."""
+    """One partition's run: its fixed parts (``ctx``, a PartitionContext), the sender its turns
+    go through (``sender``: the client, the tier's slots, the run's budget and supervisor, the
+    retry policy), and the supervisor that stops every partition at once."""
 
-    def __init__(
-        self,
-        *,
-        config: PipelineConfig,
-        partition: str,
-        tokenizer: ChatTokenizer,
-        ids: TokenIds,
-        client: GenerateClient,
-        output: PartitionOutput,
-        context_length: int | None = None,
-        max_req_input_len: int | None = None,
-        metadata: dict[str, str] | None = None,
-        duplicates: dict[int, int] | None = None,
-        dropped: dict[int, Similar] | None = None,
-        supervisor: ServerSupervisor | None = None,
-        budget: ServerBudget | None = None,
-        run_id: str | None = None,
-        reuse: ReusePool | None = None,
-    ) -> None:
-        self.config = config
-        self.partition = config.partition(partition)
-        self.tier: Tier = config.tier(self.partition.tier)
-        self.tokenizer = tokenizer
-        self.ids = ids
-        self.client = client
-        self.output = output
-        self.context_length = context_length
-        self.max_req_input_len = max_req_input_len
-        self.metadata = metadata or {}
-        self.duplicates = duplicates or {}  # line -> earlier line with the same id
-        self.dropped = dropped or {}  # line -> the earlier prompt it repeats (policy drop)
-        self.supervisor = supervisor
-        self.budget = budget or ServerBudget()
-        self.reuse = reuse or ReusePool()  # results of superseded batches, by prompt key
-        self.semaphore = asyncio.Semaphore(self.tier.in_flight_cap)
-        self.sampling = config.sampling.to_sglang(self.tier.max_tokens, list(ids.stop_ids))
-        # In every rid, with a token per run of a batch: a batch retried, or another run, never
-        # sends a rid SGLang still holds (it answers 400 to one).
-        self.run_id = run_id or secrets.token_hex(4)
-        self._batch_run: dict[int, str] = {}
-        self.progress = Progress()
+    def __init__(self, job: PartitionJob, ctx: PartitionContext, client: GenerateClient) -> None:
+        self.ctx = ctx
+        self.sender = TurnSender(
+            client, ctx.partition, ctx.tier, job.config.retries, ctx.progress, job.run
+        )
+        self.retries = job.config.retries
+        self.supervisor = job.run.supervisor if job.run else None
+        self.metadata = job.parquet_metadata or {}
+        self.output = ctx.output
+        self.progress = ctx.progress
         gc_tuning.tune_for_batches()  # the collector off the loop's way (generate/gc_tuning.py)
 
     @classmethod
     def from_plan(
-        cls,
-        plan: PartitionPlan,
-        *,
-        config: PipelineConfig,
-        partition: str,
-        client: GenerateClient,
-        **options: Any,
+        cls, plan: PartitionPlan, job: PartitionJob, client: GenerateClient
     ) -> PartitionRunner:
         """The runner of a planned partition: the plan's tokenizer, ids, repeated ids and
-        reusable results, writing to the partition's directory; ``options`` as in __init__."""
-        return cls(
-            config=config,
-            partition=partition,
-            tokenizer=plan.tokenizer,
-            ids=plan.ids,
-            client=client,
-            output=PartitionOutput(config.output_dir, partition),
-            duplicates=plan.duplicates,
-            dropped=plan.dropped,
-            reuse=plan.reuse,
-            **options,
+        reusable results."""
+        ctx = PartitionContext.build(
+            job, plan.tokenizer, plan.ids, plan.duplicates, plan.dropped, plan.reuse
         )
+        return cls(job, ctx, client)
 
     async def run_batch(self, spec: BatchSpec) -> BatchSummary:
         """Process one batch end to end, or return its summary if it was committed before.
@@ -140,16 +90,18 @@ class PartitionRunner:
         sends, receives and validates."""
         self.raise_if_server_lost()
         self.progress.attempt(spec.index)
-        self._batch_run[spec.index] = f"{self.run_id}-{secrets.token_hex(2)}"
+        self.sender.new_attempt(spec.index)
         done = self.output.committed(spec.index, spec.key)
         if done is not None:
             self.progress.batch_skipped(done.lines)
             return done
         t0 = time.monotonic()
-        jobs, rejects, earlier = await off_loop(prepare_batch, self, spec)
+        jobs, rejects, earlier = await off_loop(prepare_batch, self.ctx, spec)
         self.progress.batch_started(spec.index, spec.count - len(jobs))
         try:
-            outcomes = await run_conversations(self, spec.index, jobs, earlier)
+            outcomes = await run_conversations(
+                self.ctx, self.sender.send, spec.index, jobs, earlier
+            )
             await earlier.writer.drain()  # a journal write that failed fails the batch
         finally:
             await earlier.writer.close()
@@ -158,14 +110,7 @@ class PartitionRunner:
         await off_loop(
             commit_batch, self.output, summary, records, rejects, self.metadata, earlier.journal
         )
-        self.progress.batch_committed(
-            spec.index,
-            lines=spec.count,
-            accepted=summary.accepted,
-            rejected=summary.rejected,
-            truncated=summary.truncated,
-            rejects_by_reason=summary.rejects_by_reason,
-        )
+        self.progress.batch_committed(summary)
         return summary
 
     def raise_if_server_lost(self) -> None:
@@ -173,35 +118,6 @@ class PartitionRunner:
         other cause no retry can fix): it raises the stopping cause's error."""
         if self.supervisor is not None:
             self.supervisor.raise_if_stopped()
-
-    def batch_run(self, index: int) -> str:
-        """The rid prefix of this attempt of batch ``index``: the run's token and the attempt's."""
-        return self._batch_run[index]
-
-    def record_id(self, prompt: Prompt, turn: int, sample: int) -> str:
-        """The id of the record one turn of one sample of ``prompt`` makes."""
-        return record_id(
-            prompt.id,
-            turn,
-            sample,
-            turns=self.partition.regenerate == "all_turns",
-            samples=self.partition.samples,
-        )
-
-    def images(self, prompt: Prompt, ids: list[int]) -> TurnImages | str | None:
-        """The turn's images (None for a text prompt or a turn without images), or why they do
-        not fit its ids."""
-        return turn_images(self.tokenizer, prompt, ids) if prompt.images else None
-
-    def too_long(self, prompt_len: int) -> str | None:
-        """Why a prompt of ``prompt_len`` tokens (as the model sees it) does not fit the
-        server's context with the tier's max_tokens, or None (also when the limit is unknown)."""
-        if self.context_length is None:
-            return None
-        reason = length_rejection(
-            prompt_len, self.tier.max_tokens, self.context_length, self.max_req_input_len
-        )
-        return reason.removeprefix("prompt_too_long: ") if reason else None
 
 
 def connect_partition(
@@ -213,6 +129,6 @@ def connect_partition(
     return connect(
         url,
         api_key=api_key,
-        timeout_s=config.server.request_timeout_s,
+        timeout_s=config.server.limits.request_timeout_s,
         max_connections=tier.in_flight_cap + 8,
     )

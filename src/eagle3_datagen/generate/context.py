@@ -1,4 +1,5 @@
-"""What a run's partitions share while they run: the server's budget and supervisor, the meter.
+"""What a run's partitions share while they run: the server's budget and supervisor, the meter;
+and what one partition's run is given (:class:`PartitionJob`).
 
 The parent flow passes one :class:`RunContext` to every partition subflow as a parameter, so a
 partition uses exactly the live objects its run made (no registry to look them up in, nothing
@@ -11,6 +12,7 @@ can be rerun from its own recorded parameters.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_serializer, model_validator
@@ -39,7 +41,9 @@ class RunContext(BaseModel):
         server = config.server
         return cls(
             run_key=run_key,
-            budget=ServerBudget(server.max_requests_in_flight, server.max_tokens_in_flight),
+            budget=ServerBudget(
+                server.limits.max_requests_in_flight, server.limits.max_tokens_in_flight
+            ),
         )
 
     @model_validator(mode="before")
@@ -64,3 +68,18 @@ class RunContext(BaseModel):
             "max_requests_in_flight": self.budget.max_requests,
             "max_tokens_in_flight": self.budget.max_tokens,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionJob:
+    """One partition's run, as the partition subflow's parameters give it: the config, which
+    partition, the server (its URL and the limits its pre-flight found), the Parquet metadata,
+    and the run it belongs to (None: a partition run on its own)."""
+
+    config: PipelineConfig
+    partition: str
+    server_url: str
+    context_length: int | None = None
+    max_req_input_len: int | None = None
+    parquet_metadata: dict[str, str] | None = None
+    run: RunContext | None = None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import TYPE_CHECKING
 
 from eagle3_datagen.errors import BatchFailed, DatagenError
 from eagle3_datagen.generate import offload
@@ -23,20 +22,19 @@ from eagle3_datagen.generate.conversation import (
 )
 from eagle3_datagen.generate.earlier import Earlier
 from eagle3_datagen.generate.offload import off_loop
+from eagle3_datagen.generate.partition_context import PartitionContext
 from eagle3_datagen.generate.prepare import Job
 from eagle3_datagen.generate.rejects import turn_reject
+from eagle3_datagen.generate.send import Send
 from eagle3_datagen.generate.summary import Outcome
-from eagle3_datagen.generate.turn import run_turn, turn_sampling
+from eagle3_datagen.generate.turn import run_turn
 from eagle3_datagen.inputs.prompts import Prompt
-from eagle3_datagen.render.chat_tokenizer import RenderError
+from eagle3_datagen.render.chat_tokenizer import ChatTokenizer, RenderError
 from eagle3_datagen.write.records import Record, Reject
-
-if TYPE_CHECKING:
-    from eagle3_datagen.generate.batch import PartitionRunner
 
 
 async def run_conversations(
-    runner: PartitionRunner, index: int, jobs: list[Job], earlier: Earlier
+    ctx: PartitionContext, send: Send, index: int, jobs: list[Job], earlier: Earlier
 ) -> list[Outcome]:
     """Every conversation of the batch (each line, each sample) at once; the turns of one
     conversation one after another. A line counts as done when all its samples are.
@@ -50,14 +48,14 @@ async def run_conversations(
     with its cheapest requests. The length is the one the server holds: an image prompt's
     ids with each placeholder expanded (``Job.seen``). Outcomes come back in line order.
     """
-    samples = runner.partition.samples
+    samples = ctx.partition.samples
     left = {job.prompt.line: samples for job in jobs}
 
     async def one(prompt: Prompt, ids: list[int], sample: int) -> Outcome:
-        outcome = await run_conversation(runner, index, prompt, ids, sample, earlier)
+        outcome = await run_conversation(ctx, send, index, prompt, ids, sample, earlier)
         left[prompt.line] -= 1
         if not left[prompt.line]:
-            runner.progress.line_done(index)
+            ctx.progress.line_done(index)
         return outcome
 
     # sorted() is stable: prompts of one length keep their line order.
@@ -82,7 +80,8 @@ async def run_conversations(
 
 
 async def run_conversation(
-    runner: PartitionRunner,
+    ctx: PartitionContext,
+    send: Send,
     index: int,
     prompt: Prompt,
     first_ids: list[int],
@@ -92,25 +91,24 @@ async def run_conversation(
     """One sample of one line: its turns in order, each on the model's own earlier turns
     (generate/conversation.py). Ends at the last turn, or where a turn is rejected, cut at
     max_tokens, or calls tools other than the data's."""
-    partition = runner.partition
-    slots = plan_turns(prompt, partition.regenerate)
-    temperature = partition.temperature(sample, runner.config.sampling.temperature)
+    slots = plan_turns(prompt, ctx.partition.regenerate)
+    temperature = ctx.temperature(sample)
     out = Outcome()
     history = prompt.messages[: slots[0].history_end]
     ids = first_ids
     for pos, slot in enumerate(slots):
-        rec_id = runner.record_id(prompt, slot.index, sample)
+        rec_id = ctx.record_id(prompt, slot.index, sample)
         at = TurnAt(rec_id, slot.index, sample)
         if pos:
-            later = await _later_turn_ids(runner, prompt, history, at)
+            later = await _later_turn_ids(ctx, prompt, history, at)
             if isinstance(later, Reject):
                 out.end(later)
                 break
             ids = later
-        sampling = turn_sampling(runner, rec_id, temperature)
-        media = runner.images(dataclasses.replace(prompt, id=rec_id, messages=history), ids)
+        sampling = ctx.turn_sampling(rec_id, temperature)
+        media = ctx.images(dataclasses.replace(prompt, id=rec_id, messages=history), ids)
         assert not isinstance(media, str)  # checked when the turn was rendered
-        record = await run_turn(runner, index, prompt, ids, sampling, earlier, out, at, media)
+        record = await run_turn(ctx, send, index, prompt, ids, sampling, earlier, out, at, media)
         if record is None:
             break
         record.has_tool_results = any(m.get("role") == "tool" for m in history)
@@ -119,7 +117,7 @@ async def run_conversation(
         out.records.append(record)
         if pos + 1 == len(slots):
             break
-        next_history = _next_history(runner, prompt, history, ids, record, slots, pos, out)
+        next_history = _next_history(ctx.tokenizer, prompt, history, ids, record, slots, pos, out)
         if next_history is None:
             break
         history = next_history
@@ -129,27 +127,27 @@ async def run_conversation(
 
 
 async def _later_turn_ids(
-    runner: PartitionRunner, prompt: Prompt, history: list[Message], at: TurnAt
+    ctx: PartitionContext, prompt: Prompt, history: list[Message], at: TurnAt
 ) -> list[int] | Reject:
     """A later turn's ids, rendered on the conversation so far, or the turn's reject: a
     template error, images that do not fit its ids, a prompt too long for the server."""
-    partition = runner.partition
+    partition = ctx.partition
     turn_prompt = dataclasses.replace(prompt, id=at.id, messages=history)
-    rendered = (await off_loop(offload.render, runner.tokenizer, [turn_prompt]))[0]
+    rendered = (await off_loop(offload.render, ctx.tokenizer, [turn_prompt]))[0]
     if isinstance(rendered, RenderError):
         return turn_reject(partition, prompt, "template", "template_error", rendered.reason, at=at)
     ids = rendered
-    turn_media = runner.images(turn_prompt, ids)
+    turn_media = ctx.images(turn_prompt, ids)
     if isinstance(turn_media, str):
         return turn_reject(partition, prompt, "template", "image_mismatch", turn_media, ids, at=at)
-    too_long = runner.too_long(len(turn_media.expanded if turn_media else ids))
+    too_long = ctx.too_long(len(turn_media.expanded if turn_media else ids))
     if too_long:
         return turn_reject(partition, prompt, "input", "prompt_too_long", too_long, ids, at=at)
     return ids
 
 
 def _next_history(
-    runner: PartitionRunner,
+    tokenizer: ChatTokenizer,
     prompt: Prompt,
     history: list[Message],
     ids: list[int],
@@ -166,7 +164,7 @@ def _next_history(
         out.stop = STOP_TRUNCATED
         return None
     message, calls = served_turn(
-        runner.tokenizer, prompt, history, ids, record.output_ids, record.finish_reason
+        tokenizer, prompt, history, ids, record.output_ids, record.finish_reason
     )
     diverged = tool_call_divergence(slots[pos].data, calls)
     if diverged is not None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from eagle3_datagen.config import Partition
 from eagle3_datagen.generate import offload
 from eagle3_datagen.generate.conversation import first_turn
 from eagle3_datagen.generate.earlier import Earlier
+from eagle3_datagen.generate.partition_context import PartitionContext
 from eagle3_datagen.generate.rejects import input_reject, turn_reject
 from eagle3_datagen.inputs.modes import apply_mode
 from eagle3_datagen.inputs.near_dups import Similar
@@ -26,9 +26,6 @@ from eagle3_datagen.render.chat_tokenizer import RenderError
 from eagle3_datagen.write.journal import BatchJournal, prompt_key
 from eagle3_datagen.write.records import Reject
 
-if TYPE_CHECKING:
-    from eagle3_datagen.generate.batch import PartitionRunner
-
 
 @dataclass(frozen=True, slots=True)
 class Job:
@@ -41,70 +38,68 @@ class Job:
 
 
 def prepare_batch(
-    runner: PartitionRunner, spec: BatchSpec
+    ctx: PartitionContext, spec: BatchSpec
 ) -> tuple[list[Job], list[Reject], Earlier]:
     """On a worker thread: the batch's lines parsed, first turns rendered, each line a job
     or a reject, and what earlier attempts left (the journal, superseded results)."""
-    prompts, rejects = _parse(runner, spec)
-    jobs = _first_turns(runner, prompts, rejects)
-    samples = runner.partition.samples
+    prompts, rejects = _parse(ctx, spec)
+    jobs = _first_turns(ctx, prompts, rejects)
+    samples = ctx.partition.samples
     # First turns are prefetched from superseded batches in one pass; with none (the usual
     # case) their keys are not worth hashing twice (each turn hashes its own in run_turn).
     first_keys = (
         [
-            prompt_key(runner.record_id(job.prompt, 0, n), job.ids)
+            prompt_key(ctx.record_id(job.prompt, 0, n), job.ids)
             for job in jobs
             for n in range(samples)
         ]
-        if len(runner.reuse)
+        if len(ctx.reuse)
         else []
     )
-    journal = BatchJournal(runner.output.journal_path(spec.index))
-    return jobs, rejects, Earlier(journal, runner.reuse, first_keys)
+    journal = BatchJournal(ctx.output.journal_path(spec.index))
+    return jobs, rejects, Earlier(journal, ctx.reuse, first_keys)
 
 
-def _parse(runner: PartitionRunner, spec: BatchSpec) -> tuple[list[Prompt], list[Reject]]:
+def _parse(ctx: PartitionContext, spec: BatchSpec) -> tuple[list[Prompt], list[Reject]]:
     """The batch's lines as prompts, and a reject for each line that is none."""
     rejects: list[Reject] = []
     prompts: list[Prompt] = []
     image_dir = Path(spec.path).parent  # relative image paths are the input file's
-    modes, shares = runner.config.model.modes, runner.partition.modes
+    modes, shares = ctx.modes, ctx.partition.modes
     for line, raw in read_batch(spec):
         parsed = parse_prompt(raw, line, image_dir)
         if isinstance(parsed, Prompt):
             parsed = apply_mode(parsed, modes, shares)
         if isinstance(parsed, InputReject):
             parsed.raw = parsed.raw or raw_text(raw)
-            rejects.append(input_reject(runner.partition, parsed))
+            rejects.append(input_reject(ctx.partition, parsed))
         else:
             prompts.append(parsed)
     return prompts, rejects
 
 
-def _first_turns(
-    runner: PartitionRunner, prompts: list[Prompt], rejects: list[Reject]
-) -> list[Job]:
+def _first_turns(ctx: PartitionContext, prompts: list[Prompt], rejects: list[Reject]) -> list[Job]:
     """Each prompt's first turn rendered: a job, or a reject added to ``rejects`` (a repeated
     id, a template error, images that do not fit, a prompt too long for the server)."""
-    partition = runner.partition
+    partition = ctx.partition
     # The first turn of every line is rendered in one call (later turns depend on the
     # model's earlier ones and are rendered as their conversation gets there).
     firsts = [first_turn(p, partition.regenerate) for p in prompts]
-    rendered = offload.render(runner.tokenizer, firsts) if prompts else []
+    rendered = offload.render(ctx.tokenizer, firsts) if prompts else []
     jobs: list[Job] = []
     for prompt, turn0, ids in zip(prompts, firsts, rendered, strict=True):
-        first = runner.duplicates.get(prompt.line)
+        first = ctx.duplicates.get(prompt.line)
         if first is not None:
             reason = f"id {prompt.id!r} already used on line {first}"
             rejects.append(turn_reject(partition, prompt, "input", "duplicate_id", reason))
-        elif (similar := runner.dropped.get(prompt.line)) is not None:
+        elif (similar := ctx.dropped.get(prompt.line)) is not None:
             rejects.append(repeated_prompt(partition, prompt, similar))
         elif isinstance(ids, RenderError):
             rejects.append(turn_reject(partition, prompt, "template", "template_error", ids.reason))
         # The first turn's own images: with all_turns a line's images may come later.
-        elif isinstance(media := runner.images(turn0, ids), str):
+        elif isinstance(media := ctx.images(turn0, ids), str):
             rejects.append(turn_reject(partition, prompt, "template", "image_mismatch", media, ids))
-        elif too_long := runner.too_long(len(media.expanded if media else ids)):
+        elif too_long := ctx.too_long(len(media.expanded if media else ids)):
             rejects.append(
                 turn_reject(partition, prompt, "input", "prompt_too_long", too_long, ids)
             )

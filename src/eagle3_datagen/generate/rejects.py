@@ -4,6 +4,7 @@ of a turn whose output failed validation. Each names the partition's input file 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from eagle3_datagen.config import Partition
 from eagle3_datagen.generate.conversation import TurnAt
@@ -13,18 +14,32 @@ from eagle3_datagen.validate.tokens import Verdict
 from eagle3_datagen.write.records import Reject
 
 
-def input_reject(partition: Partition, rej: InputReject) -> Reject:
-    """A line that is no prompt (bad JSON, a missing field): its raw text is kept."""
+def _reject(
+    partition: Partition,
+    line: int,
+    rid: str | None,
+    stage: str,
+    code: str,
+    reason: str,
+    **more: Any,
+) -> Reject:
+    """A reject of line ``line`` of the partition's input; ``more``: its other columns."""
     return Reject(
         partition=partition.name,
         source_file=partition.input,
-        source_line=rej.line,
-        id=rej.id,
-        stage="input",
-        reason_code="bad_input",
-        reason=f"{partition.input}:{rej.line}: {rej.reason}",
-        raw=rej.raw,
+        source_line=line,
+        id=rid,
+        stage=stage,
+        reason_code=code,
+        reason=reason,
+        **more,
     )
+
+
+def input_reject(partition: Partition, rej: InputReject) -> Reject:
+    """A line that is no prompt (bad JSON, a missing field): its raw text is kept."""
+    reason = f"{partition.input}:{rej.line}: {rej.reason}"
+    return _reject(partition, rej.line, rej.id, "input", "bad_input", reason, raw=rej.raw)
 
 
 def turn_reject(
@@ -38,17 +53,15 @@ def turn_reject(
     at: TurnAt | None = None,
 ) -> Reject:
     """A reject of the line (``at`` None) or of one turn of one of its conversations."""
-    return Reject(
-        partition=partition.name,
-        source_file=partition.input,
-        source_line=prompt.line,
-        id=at.id if at is not None else prompt.id,
-        stage=stage,
-        reason_code=code,
-        reason=reason,
+    if at is None:
+        return _reject(
+            partition, prompt.line, prompt.id, stage, code, reason, prompt_ids=prompt_ids
+        )
+    return _reject(
+        *(partition, prompt.line, at.id, stage, code, reason),
         prompt_ids=prompt_ids,
-        turn=at.turn if at is not None else None,
-        sample=at.sample if at is not None else None,
+        turn=at.turn,
+        sample=at.sample,
     )
 
 
@@ -61,14 +74,8 @@ def validation_reject(
     at: TurnAt,
 ) -> Reject:
     """A turn whose output failed validation: its first reason's code, all reasons' text."""
-    return Reject(
-        partition=partition.name,
-        source_file=partition.input,
-        source_line=prompt.line,
-        id=at.id,
-        stage="validation",
-        reason_code=verdict.reasons[0][0],
-        reason=verdict.reason_text,
+    return _reject(
+        *(partition, prompt.line, at.id, "validation", verdict.reasons[0][0], verdict.reason_text),
         prompt_ids=ids,
         output_ids=result.output_ids,
         finish_reason=result.finish_type,

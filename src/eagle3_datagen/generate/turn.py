@@ -4,14 +4,15 @@ validated, and made the turn's record (or its reject)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from eagle3_datagen.config import Logprobs
+from eagle3_datagen.config import Logprobs, Partition
 from eagle3_datagen.generate.conversation import TurnAt
 from eagle3_datagen.generate.earlier import Earlier
 from eagle3_datagen.generate.media import TurnImages
+from eagle3_datagen.generate.partition_context import PartitionContext
 from eagle3_datagen.generate.rejects import earlier_reject, turn_reject, validation_reject
-from eagle3_datagen.generate.send import send_turn
+from eagle3_datagen.generate.send import Send
 from eagle3_datagen.generate.summary import Outcome
 from eagle3_datagen.inputs.modes import thinking_of
 from eagle3_datagen.inputs.prompts import Prompt
@@ -22,12 +23,10 @@ from eagle3_datagen.validate.tokens import ToolCallCheck, Verdict, validate_outp
 from eagle3_datagen.write.journal import prompt_key
 from eagle3_datagen.write.records import Record, Reject, spec_columns
 
-if TYPE_CHECKING:
-    from eagle3_datagen.generate.batch import PartitionRunner
-
 
 async def run_turn(
-    runner: PartitionRunner,
+    ctx: PartitionContext,
+    send: Send,
     index: int,
     prompt: Prompt,
     ids: list[int],
@@ -45,29 +44,29 @@ async def run_turn(
     if isinstance(found, Record):
         return dataclasses.replace(found, source_line=prompt.line)
     if isinstance(found, Reject):
-        out.end(earlier_reject(runner.partition, found, prompt.line))
+        out.end(earlier_reject(ctx.partition, found, prompt.line))
         return None
     result = found
     if result is None:
         suffix = at.id[len(prompt.id) :]
-        result, error = await send_turn(runner, index, prompt, ids, sampling, suffix, media)
+        result, error = await send(index, prompt.line, ids, sampling, suffix, media)
         out.sent += 1
         if result is None:
             reject = turn_reject(
-                runner.partition, prompt, "server", "server_rejected", error or "", ids, at=at
+                ctx.partition, prompt, "server", "server_rejected", error or "", ids, at=at
             )
             out.end(reject)
             return None
         earlier.add(key, result)
-    verdict = _validate(runner, prompt, media.expanded if media else ids, result)
+    verdict = _validate(ctx, prompt, media.expanded if media else ids, result)
     if not verdict.accepted:
-        out.end(validation_reject(runner.partition, prompt, ids, result, verdict, at))
+        out.end(validation_reject(ctx.partition, prompt, ids, result, verdict, at))
         return None
-    return accepted_record(runner, prompt, ids, media, result, verdict, sampling, at)
+    return accepted_record(ctx.partition, prompt, ids, media, result, verdict, sampling, at)
 
 
 def _validate(
-    runner: PartitionRunner, prompt: Prompt, seen: list[int], result: GenerateResult
+    ctx: PartitionContext, prompt: Prompt, seen: list[int], result: GenerateResult
 ) -> Verdict:
     """The output checked against what the model saw (``seen``: the ids the server counted),
     and its logprobs when the partition asks for them."""
@@ -78,12 +77,12 @@ def _validate(
         finish_matched=result.finish_matched,
         prompt_tokens=result.prompt_tokens,
         completion_tokens=result.completion_tokens,
-        ids=runner.ids,
-        policy=runner.config.validation,
-        tool_check=ToolCallCheck(runner.tokenizer.decode, prompt.tools),
-        thinking=thinking_of(runner.tokenizer.kwargs_for(prompt)),
+        ids=ctx.ids,
+        policy=ctx.validation,
+        tool_check=ToolCallCheck(ctx.tokenizer.decode, prompt.tools),
+        thinking=thinking_of(ctx.tokenizer.kwargs_for(prompt)),
     )
-    asked = runner.partition.logprobs
+    asked = ctx.partition.logprobs
     if asked is not None and verdict.accepted:
         check_logprobs(
             result.output_ids,
@@ -98,7 +97,7 @@ def _validate(
 
 
 def accepted_record(
-    runner: PartitionRunner,
+    partition: Partition,
     prompt: Prompt,
     ids: list[int],
     media: TurnImages | None,
@@ -112,7 +111,7 @@ def accepted_record(
     seen = media.expanded if media else ids
     return Record(
         id=at.id,
-        partition=runner.partition.name,
+        partition=partition.name,
         prompt_ids=ids,
         output_ids=result.output_ids,
         finish_reason=result.finish_type,
@@ -132,7 +131,7 @@ def accepted_record(
         images=media.columns() if media else None,
         has_tools=bool(prompt.tools),
         **spec_columns(result.spec),
-        **logprob_columns(runner.partition.logprobs, result),
+        **logprob_columns(partition.logprobs, result),
     )
 
 
@@ -149,16 +148,6 @@ def logprob_columns(asked: Logprobs | None, result: GenerateResult) -> dict[str,
         "entropy_mean": summary.mean if summary else None,
         "entropy_p90": summary.p90 if summary else None,
     }
-
-
-def turn_sampling(runner: PartitionRunner, rec_id: str, temperature: float) -> dict[str, Any]:
-    """The request's sampling: the sample's temperature, the record's own seed."""
-    sampling = runner.sampling
-    if temperature != sampling["temperature"]:
-        sampling = {**sampling, "temperature": temperature}
-    if (seed := runner.config.sampling.request_seed(rec_id)) is not None:
-        sampling = {**sampling, "sampling_seed": seed}  # one seed per record
-    return sampling
 
 
 def sampling_columns(sampling: dict[str, Any]) -> dict[str, Any]:

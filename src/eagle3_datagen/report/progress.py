@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from eagle3_datagen.write.shards import BatchSummary
+
 
 def format_eta(seconds: float) -> str:
     if seconds == float("inf"):
@@ -104,25 +106,16 @@ class Progress:
         self._last_line_at = self.clock()
         self._retries_since_line = 0
 
-    def batch_committed(
-        self,
-        index: int,
-        *,
-        lines: int,
-        accepted: int,
-        rejected: int,
-        truncated: int,
-        rejects_by_reason: dict[str, int],
-    ) -> None:
+    def batch_committed(self, summary: BatchSummary) -> None:
         """The batch's Parquet and marker are written: its counts join this run's totals."""
-        self._open.pop(index, None)
-        self.lines += lines
-        self.accepted += accepted
-        self.rejected += rejected
-        self.truncated += truncated
+        self._open.pop(summary.index, None)
+        self.lines += summary.lines
+        self.accepted += summary.accepted
+        self.rejected += summary.rejected
+        self.truncated += summary.truncated
         self.batches += 1
-        self.committed.append(index)
-        self.rejects_by_reason.update(rejects_by_reason)
+        self.committed.append(summary.index)
+        self.rejects_by_reason.update(summary.rejects_by_reason)
 
     def batch_failed(self, index: int) -> None:
         """The attempt at batch ``index`` failed: its lines are not done (a retry redoes them)."""

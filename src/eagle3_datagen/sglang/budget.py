@@ -24,7 +24,7 @@ Within a share the order stays FIFO: the batch runner sends each batch's longest
 (``generate/converse.py``), and batches keep finishing in order, so a partition's window of
 batches keeps flowing.
 
-Two request limits: ``max_requests``, the user's ``server.max_requests_in_flight``, a ceiling
+Two request limits: ``max_requests``, the user's ``server.limits.max_requests_in_flight``, a ceiling
 nothing exceeds; and ``adaptive_limit``, which ``concurrency: auto``'s controller
 (``sglang/concurrency.py``) moves while the run goes. The adaptive limit counts every request
 in flight on the server but holds back only the shares it steers (``adaptive``: partitions of

@@ -45,6 +45,19 @@ RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _DUPLICATE_RID = "duplicate request id"
 
 
+@dataclass(frozen=True, slots=True)
+class GenerateRequest:
+    """One ``/generate`` request: a prompt as token ids, its sampling, its rid; its images, if
+    any, in placeholder order; ``top_logprobs``: ask for the output logprobs with that many
+    alternatives per token (None: none). What every client's ``generate`` takes."""
+
+    input_ids: list[int]
+    sampling_params: dict[str, Any]
+    rid: str
+    image_data: list[str] | None = None
+    top_logprobs: int | None = None
+
+
 @dataclass(slots=True)
 class GenerateResult:
     """One finished /generate item, with ``output_ids`` exactly as the server sent them."""
@@ -298,18 +311,11 @@ class SGLangClient(ClosedOnExit):
         except aiohttp.ClientError as err:
             raise RetryableRequestError(f"connection error on /generate: {err!r}") from None
 
-    async def generate(
-        self,
-        input_ids: list[int],
-        sampling_params: dict[str, Any],
-        rid: str,
-        image_data: list[str] | None = None,
-        top_logprobs: int | None = None,
-    ) -> GenerateResult:
-        """Send one prompt as token ids (its images, if any, in ``image_data`` in placeholder
-        order); return the raw output ids and finish reason. ``top_logprobs``: ask for the
-        output logprobs with that many alternatives per token (None: none)."""
-        payload = generate_body(input_ids, sampling_params, rid, image_data, top_logprobs)
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Send one request; return the raw output ids and finish reason (and the logprobs,
+        when it asks for them)."""
+        r = request
+        payload = generate_body(r.input_ids, r.sampling_params, r.rid, r.image_data, r.top_logprobs)
         status, body = await self._post_generate(orjson.dumps(payload))
         raise_for_generate_status(status, body)
         try:
@@ -318,7 +324,7 @@ class SGLangClient(ClosedOnExit):
             raise RetryableRequestError("/generate returned a body that is not JSON") from None
         if not isinstance(data, dict):
             raise RetryableRequestError(f"/generate returned {type(data).__name__}, not an object")
-        return GenerateResult.from_json(data, top_logprobs)
+        return GenerateResult.from_json(data, r.top_logprobs)
 
     async def _get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
         timeout = aiohttp.ClientTimeout(total=timeout_s)

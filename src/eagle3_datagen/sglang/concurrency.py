@@ -33,7 +33,7 @@ the server-wide budget's request limit (the budget shares it fairly across parti
 
 The limit counts every request in flight on the server but holds back only the partitions of
 auto tiers (static tiers keep their concurrency), and never goes above the user's
-``server.max_requests_in_flight`` (a ceiling) or ``auto_concurrency.maximum``.
+``server.limits.max_requests_in_flight`` (a ceiling) or ``auto_concurrency.maximum``.
 
 Where the load comes from is found at the first reading (``sglang/load.py``): SGLang's
 ``/metrics``, else ``/v1/loads``, else (a router's or a proxy's ``/metrics``, nothing at
@@ -124,7 +124,7 @@ class ConcurrencyController:
         self.log = log
         self.warn = warn or log
         self.on_change = on_change
-        # The user's server.max_requests_in_flight is a ceiling, never a starting point.
+        # The user's server.limits.max_requests_in_flight is a ceiling, never a starting point.
         self.maximum = min(settings.maximum, ceiling) if ceiling else settings.maximum
         self.minimum = min(settings.minimum, self.maximum)
         self.limit = max(self.minimum, min(settings.initial, self.maximum))

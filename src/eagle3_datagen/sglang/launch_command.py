@@ -68,15 +68,15 @@ def build_launch_command(
             )
     module = SGLANG_MODULE if server.engine == "sglang" else EMULATOR_MODULE
     cmd = [python, "-m", module, "--model-path", model.path]
-    cmd += ["--tp-size", str(server.tp_size)]
-    cmd += ["--mem-fraction-static", f"{server.mem_fraction_static:g}"]
-    if server.enable_hierarchical_cache:
+    cmd += ["--tp-size", str(server.launch.tp_size)]
+    cmd += ["--mem-fraction-static", f"{server.launch.mem_fraction_static:g}"]
+    if server.launch.enable_hierarchical_cache:
         cmd += [
             "--enable-hierarchical-cache",
             "--hicache-size",
-            str(server.hicache_size_gb),
+            str(server.launch.hicache_size_gb),
         ]
-    cmd += ["--num-continuous-decode-steps", str(server.num_continuous_decode_steps)]
+    cmd += ["--num-continuous-decode-steps", str(server.launch.num_continuous_decode_steps)]
     if model.trust_remote_code:
         cmd.append("--trust-remote-code")
     cmd += ["--host", server.host, "--port", str(server.port)]
@@ -87,7 +87,7 @@ def build_launch_command(
     if server.enable_metrics and "--enable-metrics" not in server.extra_args:
         cmd.append("--enable-metrics")  # /metrics, read by concurrency: auto
     if not any(_flag_name(arg) == "--random-seed" for arg in server.extra_args):
-        cmd += ["--random-seed", str(server.random_seed)]
+        cmd += ["--random-seed", str(server.launch.random_seed)]
     cmd += speculative_flags(server)
     cmd += list(server.extra_args)
     if api_key:

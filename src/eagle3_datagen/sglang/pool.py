@@ -14,10 +14,14 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from eagle3_datagen.errors import RetryableRequestError
-from eagle3_datagen.sglang.client import ClosedOnExit, GenerateResult, SGLangClient
+from eagle3_datagen.sglang.client import (
+    ClosedOnExit,
+    GenerateRequest,
+    GenerateResult,
+    SGLangClient,
+)
 
 
 @dataclass(slots=True)
@@ -70,20 +74,11 @@ class ServerPool(ClosedOnExit):
         rotated = live[start:] + live[:start]  # equal loads rotate instead of piling on one
         return min(rotated, key=lambda m: m.in_flight)
 
-    async def generate(
-        self,
-        input_ids: list[int],
-        sampling_params: dict[str, Any],
-        rid: str,
-        image_data: list[str] | None = None,
-        top_logprobs: int | None = None,
-    ) -> GenerateResult:
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
         member = self._pick()
         member.in_flight += 1
         try:
-            result = await member.client.generate(
-                input_ids, sampling_params, rid, image_data, top_logprobs
-            )
+            result = await member.client.generate(request)
         except RetryableRequestError as err:
             if err.status is None:
                 member.failures += 1

@@ -20,21 +20,14 @@ from typing import Any, Protocol
 from eagle3_datagen.config import RetryPolicy
 from eagle3_datagen.errors import RetriesExhaustedError, RetryableRequestError
 from eagle3_datagen.sglang.budget import ServerBudget
-from eagle3_datagen.sglang.client import GenerateResult
+from eagle3_datagen.sglang.client import GenerateRequest, GenerateResult
 from eagle3_datagen.sglang.supervisor import ServerSupervisor
 
 
 class GenerateClient(Protocol):
     """What a request needs from a server: one SGLangClient, or a ServerPool of several."""
 
-    async def generate(
-        self,
-        input_ids: list[int],
-        sampling_params: dict[str, Any],
-        rid: str,
-        image_data: list[str] | None = None,
-        top_logprobs: int | None = None,
-    ) -> GenerateResult: ...
+    async def generate(self, request: GenerateRequest) -> GenerateResult: ...
 
 
 def backoff_s(policy: RetryPolicy, attempt: int) -> float:
@@ -85,7 +78,7 @@ async def generate_with_retries(
                 ):
                     try_rid = rid(attempt) if callable(rid) else f"{rid}:{attempt}"
                     request = client.generate(
-                        input_ids, sampling, try_rid, image_data, top_logprobs
+                        GenerateRequest(input_ids, sampling, try_rid, image_data, top_logprobs)
                     )
                     result = await (
                         supervisor.guard(request) if supervisor is not None else request

@@ -9,7 +9,6 @@ gate and checks, waits for a lost server to come back, and never stops a server 
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 
 from eagle3_datagen.config import PipelineConfig, ServerSpec
 from eagle3_datagen.errors import ServerError
+from eagle3_datagen.processes import free_port
 from eagle3_datagen.sglang.budget import ServerBudget
 from eagle3_datagen.sglang.client import SGLangClient
 from eagle3_datagen.sglang.concurrency import ConcurrencyController
@@ -54,12 +54,6 @@ async def _gate_any(
     raise ServerError(
         f"none of the {len(urls)} servers passed the health gate: " + "; ".join(errors)
     )
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(slots=True)
@@ -144,7 +138,7 @@ class _Gate:
         current.start()
         self.logger.info(f"launched server pid {current.pid}: {current.display_cmd}")
         self.logger.info(f"server log: {current.log_path}")
-        return await self.check(self.server.startup_timeout_s)
+        return await self.check(self.server.limits.startup_timeout_s)
 
     async def attach(self, attach_url: str) -> ServerFacts:
         """Every server of ``attach_url`` (comma-separated) must pass the gate and the checks;
@@ -153,7 +147,7 @@ class _Gate:
         for one in split_urls(attach_url):
             self.logger.info(f"attaching to the server at {one}")
             # An attached server already listens (or is down): refused is not "starting".
-            facts = await self.check(self.server.startup_timeout_s, one, ATTACH_REFUSED_S)
+            facts = await self.check(self.server.limits.startup_timeout_s, one, ATTACH_REFUSED_S)
         if facts is None:
             raise ServerError(f"no server URL in {attach_url!r}")
         return facts
@@ -164,7 +158,7 @@ def _server_spec(config: PipelineConfig) -> ServerSpec:
     is 'auto' (the controller reads the server's load there)."""
     server = config.server
     if server.mode == "launch" and server.port == 0:
-        server = server.model_copy(update={"port": _free_port(server.host)})
+        server = server.model_copy(update={"port": free_port(server.host)})
     auto = any(t.is_auto for t in config.tiers)
     if auto and not server.enable_metrics:
         server = server.model_copy(update={"enable_metrics": True})  # the controller reads it
@@ -181,9 +175,9 @@ def _supervisor(
         check=gate.check if len(urls) == 1 else partial(_gate_any, gate.check, urls),
         relaunch=gate.launch if launched else None,
         logger=logger,
-        failure_threshold=server.lost_after_failures,
-        max_relaunches=server.max_relaunches,
-        check_deadline_s=server.recovery_check_s,
+        failure_threshold=server.recovery.lost_after_failures,
+        max_relaunches=server.recovery.max_relaunches,
+        check_deadline_s=server.recovery.recovery_check_s,
         name=f"server {url}" if len(urls) == 1 else f"every server of the pool ({', '.join(urls)})",
     )
 
@@ -200,8 +194,8 @@ def _steering(
     # With auto tiers the controller keeps the server full, so the order requests start in
     # decides the makespan: longest first (sglang/budget.py).
     budget = ServerBudget(
-        server.max_requests_in_flight,
-        server.max_tokens_in_flight,
+        server.limits.max_requests_in_flight,
+        server.limits.max_tokens_in_flight,
         adaptive=steered,
         longest_first=bool(steered),
     )
@@ -213,7 +207,7 @@ def _steering(
         server.auto_concurrency,
         log=logger.info,
         warn=logger.warning,
-        ceiling=server.max_requests_in_flight,
+        ceiling=server.limits.max_requests_in_flight,
     )
     logger.info(
         f"concurrency auto: starting at {controller.limit} in flight (server-wide, at most "

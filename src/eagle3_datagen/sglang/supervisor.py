@@ -176,7 +176,7 @@ class ServerSupervisor:
                 if self.relaunches >= self.max_relaunches:
                     raise ServerError(
                         f"lost again after {self.relaunches} relaunches "
-                        f"(server.max_relaunches): {err}"
+                        f"(server.recovery.max_relaunches): {err}"
                     ) from None
                 self.relaunches += 1
                 self._log.warning(
