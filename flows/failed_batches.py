@@ -31,7 +31,11 @@ from prefect.states import State
 
 from eagle3_datagen.errors import PartitionFailed
 from eagle3_datagen.report.supersede import FailedTable, supersede
-from eagle3_datagen.report.ui import FAILED_BATCHES_PREFIX, run_failed_batches_description
+from eagle3_datagen.report.ui import (
+    FAILED_BATCHES_PREFIX,
+    run_failed_batch_row,
+    run_failed_batches_description,
+)
 from eagle3_datagen_flows.prefect_text import artifact_key, artifact_link
 
 # The parent's table: every failed batch of the run, one row each, with its partition.
@@ -68,7 +72,7 @@ async def failed_batch_tables(
         link = artifact_link(ui_url, str(err.table_id)) if err.table_id else ""
         links[name] = (len(err.rows), link)
         shown = f"[{name}]({link})" if link else name
-        rows += [{"partition": shown, **row} for row in err.rows]
+        rows += [run_failed_batch_row(shown, row) for row in err.rows]
     return links, rows
 
 

@@ -131,8 +131,9 @@ async def _reporting(partition: str, progress: Progress) -> AsyncIterator[None]:
         yield
     finally:
         # The partition's clock stops here, so its last line and the run's summary (written
-        # later) show one tok/s, not two readings of a clock still running.
-        progress.finish()
+        # later) show one tok/s, not two readings of a clock still running; lines left now (a
+        # failed or cancelled partition) get no ETA.
+        progress.end()
         # An update on its way finishes before the last one is sent: cancelled mid-request, it
         # could reach the server after the last one and leave the artifact an earlier reading.
         stop.set()
@@ -156,7 +157,13 @@ async def _run_batches(
 
     async def _batch(spec: Any) -> Any:
         runner.raise_if_server_lost()  # no task run for a batch that cannot succeed
-        result = await batch_task(runner, spec)
+        done = await runner.committed_before(spec)
+        if done is not None:  # an earlier run's or attempt's: no task run that does nothing
+            return done
+        # Named for its batch from the start: Prefect names a task run '<task name>-<3 hex>'
+        # until it starts, which is all a batch cancelled before it started would show.
+        named = batch_task.with_options(name=f"generate[{spec.label}]")
+        result = await named(runner, spec)
         if isinstance(result, State):  # the task ended Cancelled: the stop goes on
             raise asyncio.CancelledError
         return result

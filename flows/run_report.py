@@ -36,12 +36,13 @@ from prefect.states import State
 from eagle3_datagen.config import ThroughputAlarm
 from eagle3_datagen.report.coverage import COVERAGE_KEY, coverage_line, coverage_markdown
 from eagle3_datagen.report.data_picture import picture_description, picture_markdown
-from eagle3_datagen.report.dataset_card import WrittenDataset
+from eagle3_datagen.report.dataset_card import WrittenDataset, from_emulator
 from eagle3_datagen.report.history import (
     append_history,
     history_entry,
     history_rows,
     read_history,
+    ui_history_rows,
 )
 from eagle3_datagen.report.outcome import RunOutcome
 from eagle3_datagen.report.probe import Baseline
@@ -63,6 +64,7 @@ from eagle3_datagen.report.ui import (
     throughput_log_line,
     throughput_markdown,
 )
+from eagle3_datagen.write.manifest import read_manifest
 from eagle3_datagen_flows.failed_batches import failed_batch_tables, publish_run_failures
 from eagle3_datagen_flows.partition import PROGRESS_EVERY_S
 from eagle3_datagen_flows.prefect_text import artifact_key, throughput_event
@@ -233,7 +235,8 @@ class RunReport:
         """The summary table and the progress table's last word, whatever the outcome."""
         try:
             rows = self.outcome.summary_rows(output_dir, self.meter, self.failed_links)
-            description = summary_description(rows, output_dir)
+            fingerprint = (read_manifest(output_dir) or {}).get("fingerprint") or {}
+            description = summary_description(rows, output_dir, emulated=from_emulator(fingerprint))
             await acreate_table_artifact(
                 rows, key=SUMMARY_KEY, description="; ".join([description, *map(str, self.probed)])
             )
@@ -259,7 +262,7 @@ class RunReport:
                 attempt=self.flow_run.run_count or 1,
             )
             append_history(output_dir, entry)
-            table = history_rows(read_history(output_dir))[-HISTORY_ROWS:]
+            table = ui_history_rows(history_rows(read_history(output_dir))[-HISTORY_ROWS:])
             await acreate_table_artifact(
                 table, key=HISTORY_KEY, description=f"runs into {output_dir}, latest last"
             )

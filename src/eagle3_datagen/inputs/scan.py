@@ -112,6 +112,11 @@ def _undeclared(path: str | Path, line: int, mode: str, modes: Collection[str]) 
     return f"{path}:{line}: mode {mode!r} is not declared in model.modes (declared: {declared})"
 
 
+def kwargs_key(mode: str | None, kwargs: dict[str, Any]) -> str:
+    """A line's named mode and own kwargs as one key (``InputScan.kwargs_lines``)."""
+    return orjson.dumps([mode, kwargs], option=orjson.OPT_SORT_KEYS).decode()
+
+
 def scan_input(
     partition: str,
     path: str | Path,
@@ -147,8 +152,8 @@ def scan_input(
                 if modes is not None and parsed.mode is not None and parsed.mode not in modes:
                     raise InputFileError(_undeclared(path, line, parsed.mode, modes))
                 if parsed.mode is not None or parsed.kwargs:
-                    key = orjson.dumps([parsed.mode, parsed.kwargs], option=orjson.OPT_SORT_KEYS)
-                    kwargs_lines.setdefault(key.decode(), (line, parsed.mode, parsed.kwargs))
+                    key = kwargs_key(parsed.mode, parsed.kwargs)
+                    kwargs_lines.setdefault(key, (line, parsed.mode, parsed.kwargs))
                 finder.add(parsed.id, line)
                 if similar_finder is not None:
                     similar_finder.add(line, parsed.messages, parsed.tools)
