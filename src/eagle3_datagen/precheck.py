@@ -18,6 +18,7 @@ cached in the process, so the flow's own check after the command line's costs no
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +29,14 @@ import pyarrow.parquet as pq
 
 from eagle3_datagen.config import PipelineConfig
 from eagle3_datagen.errors import InputFileError, OutputConflictError, OutputWriteError
+from eagle3_datagen.generate.kwargs_probe import check_kwargs
 from eagle3_datagen.generate.plan import load_tokenizer
 from eagle3_datagen.inputs.prompts import is_parquet
 from eagle3_datagen.provenance import build_fingerprint, diff_content
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from eagle3_datagen.render.token_ids import TokenIds
+from eagle3_datagen.sglang.health import check_listens
+from eagle3_datagen.sglang.pool import split_urls
 from eagle3_datagen.write.manifest import read_manifest
 from eagle3_datagen.write.shards import PartitionOutput
 
@@ -50,6 +54,15 @@ class RunCheck:
     sizes: dict[str, int]  # input lines (JSONL) or rows (Parquet) per partition
     tokenizer: ChatTokenizer
     ids: TokenIds
+
+
+def check_attached_servers(config: PipelineConfig, server_url: str | None) -> None:
+    """Each server an attach run names (``server_url``, or the config's in attach mode) has
+    something listening, or :class:`~eagle3_datagen.errors.ServerStartupError` in the gate's
+    own words after the gate's wait for a refused URL. A launch run has nothing to check."""
+    urls = server_url or (config.server.url if config.server.mode == "attach" else None)
+    for one in split_urls(urls or ""):
+        asyncio.run(check_listens(one))
 
 
 def count_input_lines(path: str | Path) -> int:
@@ -194,7 +207,8 @@ def check_before_server(
     """Check names, inputs, tokenizer, special tokens and output; raise the first kind that
     fails.
 
-    Raises ConfigError (unknown partition), InputFileError (every unusable input, one line
+    Raises ConfigError (unknown partition, model or mode kwargs the chat template refuses),
+    InputFileError (every unusable input, one line
     each), TokenizerError (tokenizer, chat template or a special token), OutputWriteError (the
     output path cannot be written), OutputConflictError (the output holds data made under other
     settings of the config; not with ``overwrite``; None leaves the output to the caller).
@@ -207,6 +221,8 @@ def check_before_server(
     check_inputs(config, names, sizes)
     tokenizer = load_tokenizer(config)
     ids = TokenIds.resolve(tokenizer, config.special_tokens)
+    for name in names:  # the model's and each assigned mode's kwargs (a line's: its plan)
+        check_kwargs(tokenizer, config.model.modes, config.partition(name).modes, {})
     if overwrite is not None:
         check_output(config, tokenizer, names, overwrite=overwrite)
     return RunCheck(names=names, sizes=sizes, tokenizer=tokenizer, ids=ids)

@@ -1,5 +1,5 @@
-"""``eagle3-datagen validate``, ``export``, ``history`` and ``coverage``: a finished dataset,
-read offline (no Prefect, no server)."""
+"""``eagle3-datagen validate``, ``export``, ``history``, ``coverage`` and ``rejects``: a finished
+dataset, read offline (no Prefect, no server)."""
 
 from __future__ import annotations
 
@@ -108,6 +108,26 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         print(f"profile: {source}")
         print(coverage_text(cov))
     return 1 if args.strict and cov.flagged else 0
+
+
+def cmd_rejects(args: argparse.Namespace) -> int:
+    """Every rejected line of the dataset, ``file:line: reason`` each, then the count."""
+    from eagle3_datagen.report.rejected_lines import rejected_lines
+
+    lines = rejected_lines(args.dataset, args.partition)
+    for one in lines:
+        print(one.text())
+    print(f"{len(lines)} rejected in {args.dataset}")
+    return 0
+
+
+def _add_rejects(sub: Any) -> None:
+    rejects = sub.add_parser(
+        "rejects", help="every rejected line of a dataset: file:line: reason (rejects/*.parquet)"
+    )
+    rejects.add_argument("dataset", metavar="DIR", help="the run's output directory")
+    rejects.add_argument("--partition", action="append", metavar="NAME", help="only this one")
+    rejects.set_defaults(func=cmd_rejects)
 
 
 def _add_coverage(sub: Any) -> None:
@@ -225,8 +245,9 @@ def _add_history(sub: Any) -> None:
 
 
 def add_commands(sub: Any) -> None:
-    """The validate, export, history and coverage subcommands, in that order."""
+    """The validate, export, history, coverage and rejects subcommands, in that order."""
     _add_validate(sub)
     _add_export(sub)
     _add_history(sub)
     _add_coverage(sub)
+    _add_rejects(sub)

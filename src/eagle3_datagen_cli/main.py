@@ -1,11 +1,11 @@
 """The ``eagle3-datagen`` command: run, demo, emulator, validate, export, history, coverage,
-select, failures, alarm. This module parses the arguments, calls the command and turns its end
-into one line and an exit status.
+rejects, select, eval, failures, alarm. This module parses the arguments, calls the command and
+turns its end into one line (a config's errors: one line each) and an exit status.
 
 The top layer: it starts the flows (and sets the Prefect settings a local run needs), so the
 library below never imports Prefect. Prefect is imported only by the commands that use it, so
 ``eagle3-datagen emulator`` starts fast. Each group of commands is its own module: ``run.py``
-(run, demo), ``dataset.py`` (validate, export, history, coverage), ``select.py`` (select),
+(run, demo), ``dataset.py`` (validate, export, history, coverage, rejects), ``select.py`` (select),
 ``ops.py`` (failures, alarm).
 """
 
@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from eagle3_datagen.errors import DatagenError
+from eagle3_datagen.errors import ConfigError, DatagenError
 from eagle3_datagen_cli import dataset, evaluate, ops, run, select
 from eagle3_datagen_cli.console import one_line
 from eagle3_datagen_cli.signals import Interrupted
@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except ConfigError as err:  # one line per problem (a config's fields: one each)
+        for line in str(err).splitlines() or [""]:
+            print(f"eagle3-datagen: {one_line(line)}", file=sys.stderr)
+        return 2
     except DatagenError as err:
         print(f"eagle3-datagen: {one_line(str(err))}", file=sys.stderr)
         return 2

@@ -7,12 +7,17 @@ and every later log and state call failed with a traceback, while the run went o
 :func:`temporary_prefect_server` starts that server itself, in its own session (a group's
 SIGINT does not reach it) and with a parent-death signal (a SIGKILLed command does not leave it
 behind), and stops it when the command ends; ``signals.py`` does the stopping of the run.
+
+Its first start on a new Prefect home creates and migrates the SQLite database; each start
+holds ``prefect_home.first_start_lock`` until its server answers, so two commands started at
+once do not both migrate it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import subprocess
@@ -26,6 +31,7 @@ from typing import Any
 
 from eagle3_datagen.errors import ConfigError
 from eagle3_datagen.processes import free_port
+from eagle3_datagen_cli.prefect_home import first_start_lock, glance_local_database
 
 _PR_SET_PDEATHSIG = 1
 
@@ -37,6 +43,14 @@ def prefect_env() -> None:
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "eagle3_datagen")
     # The embedded backend migrates a new SQLite database on first start: ~20 s on 2 cores.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+
+class _NoTemporaryLinks(logging.Filter):
+    """Drops Prefect's "View at http://127.0.0.1:..." lines: they point at this command's
+    temporary server, which serves no UI and is gone when the command ends."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("View at ")
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -83,7 +97,9 @@ def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
     ]
     # Its output (and the tracebacks it logs while it stops) goes to a file, not the terminal.
     log = Path(tempfile.gettempdir()) / f"eagle3-datagen-prefect-server-{port}.log"
-    with log.open("wb") as out:
+    links = _NoTemporaryLinks()
+    loggers = [logging.getLogger(name) for name in ("prefect.engine", "prefect.flow_runs")]
+    with first_start_lock(local_database()), log.open("wb") as out:
         proc = subprocess.Popen(
             cmd,
             env=env,
@@ -92,8 +108,14 @@ def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
+        try:
+            _wait_health(api, proc, timeout_s, log)
+        except BaseException:
+            _stop(proc)
+            raise
     try:
-        _wait_health(api, proc, timeout_s, log)
+        for logger in loggers:
+            logger.addFilter(links)
         with temporary_settings({PREFECT_API_URL: api}):
             try:
                 yield api
@@ -102,13 +124,19 @@ def temporary_prefect_server(timeout_s: float = 180.0) -> Iterator[str | None]:
                 # stopped server for a minute at exit.
                 drain()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        for logger in loggers:
+            logger.removeFilter(links)
+        _stop(proc)
     log.unlink(missing_ok=True)  # kept (and named) only when it did not start
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def local_database() -> Path | None:
@@ -156,30 +184,22 @@ def _wait_health(api: str, proc: subprocess.Popen[Any], timeout_s: float, log: P
 def prefect_api() -> Iterator[str]:
     """The Prefect API a command reads: PREFECT_API_URL's, or else Prefect's local database
     (where runs started without PREFECT_API_URL are) through the temporary server; yields what
-    to call it. An API that cannot be reached, or no local database, is one line."""
+    to call it. An API that cannot be reached, or no local database, is one line. Where the
+    environment alone tells which, that line (or the wait) comes before Prefect's import."""
+    prefect_env()
+    glanced = glance_local_database()
+    if glanced is not None:
+        _say_local(glanced)
     import httpx
     from prefect.settings import PREFECT_API_URL
 
-    prefect_env()
     url = PREFECT_API_URL.value()
     where = f"the Prefect API at {url}"
     if not url:
         database = local_database()
-        if database is not None and not database.exists():
-            raise ConfigError(
-                f"nothing to read: PREFECT_API_URL is not set and Prefect's local database "
-                f"{database} does not exist (no run without PREFECT_API_URL was made here)"
-            )
-        named = f"local database {database}" if database else "database in its settings"
-        where = f"Prefect's {named} (PREFECT_API_URL is not set)"
-        # It is read through Prefect's server (one in this process starts no faster: most of
-        # the time is the server's own start): say why the answer takes a while.
-        print(
-            f"eagle3-datagen: using {where} through Prefect's temporary server, which takes "
-            "15-60 s to start; with PREFECT_API_URL set to a running server it is at once",
-            file=sys.stderr,
-            flush=True,
-        )
+        if glanced is None:
+            _say_local(database)
+        where = _local_where(database)
     try:
         with temporary_prefect_server():
             yield where
@@ -187,3 +207,26 @@ def prefect_api() -> Iterator[str]:
         raise ConfigError(
             f"cannot reach {where}: {err or type(err).__name__}; is the server running?"
         ) from None
+
+
+def _local_where(database: Path | None) -> str:
+    named = f"local database {database}" if database else "database in its settings"
+    return f"Prefect's {named} (PREFECT_API_URL is not set)"
+
+
+def _say_local(database: Path | None) -> None:
+    """Nothing to read (one line), or the wait for the temporary server said before it."""
+    if database is not None and not database.exists():
+        raise ConfigError(
+            f"nothing to read: PREFECT_API_URL is not set and Prefect's local database "
+            f"{database} does not exist (no run without PREFECT_API_URL was made here)"
+        )
+    # It is read through Prefect's server (one in this process starts no faster: most of
+    # the time is the server's own start): say why the answer takes a while.
+    print(
+        f"eagle3-datagen: using {_local_where(database)} through Prefect's temporary server, "
+        "which takes 15-60 s to start; with PREFECT_API_URL set to a running server it is at "
+        "once",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -14,10 +14,12 @@ from eagle3_datagen.errors import (
     InputFileError,
     OutputConflictError,
     OutputWriteError,
+    ServerStartupError,
     TokenizerError,
 )
 from eagle3_datagen_cli.console import one_line
 from eagle3_datagen_cli.flow_run import run_pipeline
+from eagle3_datagen_cli.prefect_home import waiting_line
 
 
 def _print_summary(manifest: dict[str, Any], output_dir: str) -> None:
@@ -37,29 +39,68 @@ def _print_summary(manifest: dict[str, Any], output_dir: str) -> None:
             + f" -> {Path(output_dir) / name}"
         )
     print(f"manifest: {Path(output_dir) / 'manifest.json'}")
+    if any(part.get("rejected") for part in manifest.get("partitions", {}).values()):
+        _print_rejects(output_dir)
 
 
-def _check_first(config: PipelineConfig, partitions: list[str] | None, overwrite: bool) -> None:
+def _print_rejects(output_dir: str) -> None:
+    """The first rejected lines, each ``file:line: reason``, and how to list them all."""
+    from eagle3_datagen.errors import DatasetError
+    from eagle3_datagen.report.rejected_lines import rejected_lines, rejects_summary
+
+    try:
+        lines = rejected_lines(output_dir)
+    except DatasetError as err:  # the run is done; its summary above stands
+        print(f"rejected lines: cannot read them: {one_line(str(err))}")
+        return
+    for line in rejects_summary(lines, output_dir):
+        print(line)
+
+
+def _check_first(
+    config: PipelineConfig, partitions: list[str] | None, overwrite: bool, server_url: str | None
+) -> None:
     """The flow's checks before its server, made here before Prefect's temporary server starts
     (seconds to a minute): inputs and the output path first (no tokenizer: about a second),
-    then the tokenizer, special tokens and the data already in the output directory. The flow
-    makes them again in this process at no cost: input line counts and the tokenizer are
-    cached."""
-    from eagle3_datagen.precheck import check_before_server, check_inputs_and_output
+    that an attached server's URL has something listening, then the tokenizer, special tokens
+    and the data already in the output directory. The flow makes them again in this process at
+    no cost: input line counts and the tokenizer are cached."""
+    from eagle3_datagen.precheck import (
+        check_attached_servers,
+        check_before_server,
+        check_inputs_and_output,
+    )
 
     check_inputs_and_output(config, partitions)
+    check_attached_servers(config, server_url)
     check_before_server(config, partitions, overwrite=overwrite)
 
 
-def _run_and_report(what: str, config: PipelineConfig, **options: Any) -> int:
+def _run_and_report(
+    what: str, config: PipelineConfig, *, said: bool = False, **options: Any
+) -> int:
     """Run the pipeline; print the dataset's summary (exit 0) or why ``what`` failed (exit 1).
 
-    Without a fan-out (whose jobs check their inputs on their own machines), what the flow
-    checks before its server is checked first, with the flow's words and exit status."""
+    The first line says what the command waits for (unless ``said``: the caller's first line
+    did). Without a fan-out (whose jobs check their inputs on their own machines), what the
+    flow checks before its server is checked first, with the flow's words and exit status."""
+    if not said:
+        print(f"eagle3-datagen: {waiting_line()}", file=sys.stderr, flush=True)
     if not options.get("fan_out"):
         try:
-            _check_first(config, options.get("partitions"), bool(options.get("overwrite")))
-        except (InputFileError, OutputWriteError, TokenizerError, OutputConflictError) as err:
+            _check_first(
+                config,
+                options.get("partitions"),
+                bool(options.get("overwrite")),
+                options.get("server_url"),
+            )
+        except (
+            InputFileError,
+            OutputWriteError,
+            TokenizerError,
+            OutputConflictError,
+            ServerStartupError,
+        ) as err:
             print(f"eagle3-datagen: {what} failed: {one_line(str(err))}", file=sys.stderr)
             return 1
     ok, result = run_pipeline(config, **options)
@@ -98,8 +139,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     output = Path(args.output) if args.output else default_output_dir()
     config = demo_config(output, tokenizer=args.tokenizer)
-    print(f"demo: emulator on port {config.server.port}, Prefect local backend, output {output}")
-    return _run_and_report("demo", config)
+    print(
+        f"demo: emulator on port {config.server.port}, output {output}; {waiting_line()}",
+        flush=True,
+    )
+    return _run_and_report("demo", config, said=True)
 
 
 def _add_run(sub: Any) -> None:

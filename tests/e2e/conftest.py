@@ -22,13 +22,16 @@ def readme_deploy_commands(
     wanted: tuple[str, ...] = ("prefect work-pool create", "prefect --no-prompt"),
 ) -> list[str]:
     """The lines of README's "Operating it from the Prefect UI" block that start with
-    ``wanted`` (default: the work-pool and deploy lines)."""
+    ``wanted`` after ``uv run`` (default: the work-pool and deploy lines), without it."""
     text = (REPO / "README.md").read_text()
     section = text.split("## Operating it from the Prefect UI", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     assert block, "README: no bash block under 'Operating it from the Prefect UI'"
     lines = [line.split("  #", 1)[0].strip() for line in block.group(1).splitlines()]
-    commands = [c for c in lines if c.startswith(wanted)]
+    # README writes `uv run prefect ...` (a uv install); the tests run this environment's.
+    commands = [
+        c.removeprefix("uv run ") for c in lines if c.removeprefix("uv run ").startswith(wanted)
+    ]
     assert len(commands) >= 2, commands
     return commands
 

@@ -22,6 +22,7 @@ import pytest
 
 from eagle3_datagen.config import PipelineConfig, load_config
 from eagle3_datagen.demo import demo_config
+from eagle3_datagen.report.ui import EMULATED
 from tests.support import REPO
 from tests.support.emulator import EmulatorProcess
 from tests.support.prefect import Hook, PrefectServer, Runs, notification_block
@@ -253,7 +254,7 @@ def test_a_demo_run_shows_live_progress_and_a_summary(
         assert re.fullmatch(r"[\d.]+s|\d+m\d\ds", row["wall_time"])
     images = rows["demo_images"]  # the image partition: 2 planted bad images
     assert (images["accepted"], images["rejected"]) == (6, 2)
-    assert summary["description"].startswith("3 partitions, 90 records accepted")
+    assert summary["description"].startswith(f"{EMULATED}; 3 partitions, 90 records accepted")
 
 
 def test_low_throughput_raises_one_alarm_per_dip(prefect_server: PrefectServer, runs: Runs) -> None:

@@ -106,8 +106,10 @@ def test_a_retry_reuses_labels_and_supersedes(
         # The parent's Artifacts tab: this attempt's failed batches, each partition's linked.
         [table] = _versions(srv, "failed-batches", [run_id])
         rows = _rows(table)
-        assert [r["batch"] for r in rows] == ["demo_long/0000", "demo_long/0001"], rows
+        assert [r["batch"] for r in rows] == ["0000", "0001"], rows
         assert all(r["partition"].startswith("[demo_long](") for r in rows), rows
+        # What an operator decides on first leads (on screen at 1400 px).
+        assert list(rows[0])[:4] == ["status", "cause", "attempts", "partition"], rows
         assert "timeout" in rows[0]["cause"] and rows[0]["attempts"] == 2, rows
         # The summary leads with what an operator reads first.
         [summary] = _versions(srv, "datagen-summary", [run_id])

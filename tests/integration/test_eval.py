@@ -143,6 +143,8 @@ def test_eval_measures_the_held_out_split(
     assert data["unchecked"] == []  # the draft's config was compared with the target's
     entry = read_history(dataset)[-1]
     assert entry["kind"] == "eval" and entry["accept_length"] == data["accept_length"]
+    # The emulator answered, and the record says so beside the version it stands in for.
+    assert data["server"]["kind"] == entry["server"]["kind"] == "sglang-emulator"
 
 
 def test_the_gate_fails_against_a_better_baseline_and_passes_a_worse(

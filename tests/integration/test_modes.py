@@ -100,16 +100,17 @@ def test_an_undeclared_mode_stops_the_plan_naming_file_and_line(tmp_path: Path) 
     assert not list((Path(config.output_dir) / "p").glob("**/*.parquet"))  # nothing generated
 
 
-def test_kwargs_the_template_refuses_stop_the_plan_naming_file_and_line(tmp_path: Path) -> None:
+def test_a_lines_refused_kwargs_reject_that_line_and_a_refused_mode_stops_the_plan(
+    tmp_path: Path,
+) -> None:
     """SGLang's chat path passes add_generation_prompt by name, so a line repeating it in its
     kwargs fails as SGLang's request would: found on a probe render when the partition is
-    planned, not while the server generates the lines before it."""
+    planned, for that line alone (its reject, bad input: tests/integration/test_rejects_cli.py);
+    a mode the template refuses fails every line of it, so it stops the plan."""
     config = modes_config(tmp_path)
-    where = f"{config.partition('p').input}:26: chat_template_kwargs "
-    with pytest.raises(InputFileError, match=re.escape(where)) as err:
-        plan_partition(config, "p")
-    assert "add_generation_prompt" in str(err.value)
-    assert not list((Path(config.output_dir) / "p").glob("**/*.parquet"))  # nothing generated
+    plan = plan_partition(config, "p")
+    [why] = plan.refused_kwargs.values()
+    assert why.startswith('chat_template_kwargs {"add_generation_prompt":false}: '), why
     # A mode whose own kwargs the template refuses: the config is named.
     data = config.model_dump(mode="json")
     data["model"]["modes"]["instant"] = {"tools": []}

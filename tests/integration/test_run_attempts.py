@@ -30,6 +30,7 @@ from prefect.states import AwaitingRetry
 
 from eagle3_datagen.demo import demo_config
 from eagle3_datagen.report.history import history_rows, read_history
+from eagle3_datagen.report.ui import EMULATED
 from eagle3_datagen_cli.failures import failed_batches, failures_text
 from eagle3_datagen_flows.pipeline import datagen
 from tests.support import free_port
@@ -116,6 +117,8 @@ async def test_a_retried_run_reads_as_its_final_attempt(tmp_path: Path) -> None:
     assert len(summaries) == 2
     assert (summaries[0].description or "").startswith("Superseded by attempt 2 of this run")
     assert not (summaries[1].description or "").startswith("Superseded")
+    # Made by the emulator: the UI says so first (the dataset card is not in the UI).
+    assert (summaries[1].description or "").startswith(f"{EMULATED}; 3 partitions, ")
     data = summaries[1].data
     rows_now: Any = json.loads(data) if isinstance(data, str) else data
     assert {row["status"] for row in rows_now} == {"completed"}, rows_now

@@ -100,3 +100,19 @@ def test_an_api_key_with_several_tokenizer_workers_is_warned_about() -> None:
         == []
     )
     assert promise_warnings(info, sampling=Sampling(seed=1), api_key=None) == []
+
+
+async def test_an_attached_servers_tp_size_is_compared_only_when_the_config_sets_it(
+    emulator_factory: Start,
+) -> None:
+    """The emulator serves as one GPU (tp_size 1). Unset in the config, 8 is only what a
+    launch would get: no warning; set, a different one is."""
+    emu = emulator_factory().wait_ready()
+    async with SGLangClient(emu.url) as client:
+        unset = await preflight(client, server=SERVER, model=MODEL)
+        eight = ServerSpec.model_validate(
+            {"mode": "attach", "url": "http://unused", "launch": {"tp_size": 8}}
+        )
+        claimed = await preflight(client, server=eight, model=MODEL)
+    assert not any("tp_size" in w for w in unset.warnings), unset.warnings
+    assert "server tp_size is 1, the config says 8" in claimed.warnings, claimed.warnings

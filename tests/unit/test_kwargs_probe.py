@@ -1,5 +1,6 @@
-"""The template tried on each kwargs set before any request: the first refused set is named
-(the model's, a mode's, or a line's with its file and line); sets it renders pass."""
+"""The template tried on each kwargs set before any request: refused model or mode kwargs stop
+the plan, named; a line's refused set comes back with why, for that line's reject; sets it
+renders pass."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from eagle3_datagen.errors import ConfigError, InputFileError
+from eagle3_datagen.errors import ConfigError
 from eagle3_datagen.generate.kwargs_probe import check_kwargs, refusal
 from eagle3_datagen.render.chat_tokenizer import ChatTokenizer
 from tests.support import TOKENIZER_DIR
@@ -20,30 +21,43 @@ def test_kwargs_the_template_renders_pass() -> None:
     tok = ChatTokenizer(str(TOKENIZER_DIR))
     assert refusal(tok, {"thinking": False}) is None
     lines = {"a": (3, "instant", {}), "b": (9, None, {"thinking": True})}
-    check_kwargs(tok, "in.jsonl", MODES, {"thinking": 0.5, "instant": 0.5}, lines)
+    assert check_kwargs(tok, MODES, {"thinking": 0.5, "instant": 0.5}, lines) == {}
 
 
-def test_the_first_refused_set_is_named() -> None:
+def test_refused_model_and_mode_kwargs_are_named() -> None:
     # tokenize is passed by name too (as SGLang's chat path does): repeating it is refused.
     model = ChatTokenizer(str(TOKENIZER_DIR), chat_template_kwargs={"tokenize": True})
     with pytest.raises(ConfigError, match=r"^model\.chat_template_kwargs: .*tokenize"):
-        check_kwargs(model, "in.jsonl", MODES, None, {})
+        check_kwargs(model, MODES, None, {})
     tok = ChatTokenizer(str(TOKENIZER_DIR))
     modes = {**MODES, "odd": {"add_generation_prompt": False}}
     with pytest.raises(
         ConfigError, match=re.escape('model.modes.odd {"add_generation_prompt":false}')
     ):
-        check_kwargs(tok, "in.jsonl", modes, {"thinking": 0.5, "odd": 0.5}, {})
+        check_kwargs(tok, modes, {"thinking": 0.5, "odd": 0.5}, {})
     # Unassigned by the mixture (share 0) and named by no line: never rendered, not refused.
-    check_kwargs(tok, "in.jsonl", modes, {"thinking": 1.0, "odd": 0.0}, {})
+    assert check_kwargs(tok, modes, {"thinking": 1.0, "odd": 0.0}, {}) == {}
+    # Named by a line: the mode is at fault (every line naming it would fail), not the line.
     lines: dict[str, tuple[int, str | None, dict[str, Any]]] = {
         "a": (3, "instant", {}),
         "b": (7, "odd", {}),
     }
-    with pytest.raises(
-        InputFileError, match=re.escape("in.jsonl:7: mode 'odd' chat_template_kwargs")
-    ):
-        check_kwargs(tok, "in.jsonl", modes, {"thinking": 1.0}, lines)
+    with pytest.raises(ConfigError, match=re.escape("model.modes.odd ")):
+        check_kwargs(tok, modes, {"thinking": 1.0}, lines)
+
+
+def test_a_lines_refused_kwargs_come_back_with_why() -> None:
+    """Only the line is at fault: its set, under its key, with the reason its reject gives;
+    the other lines' sets pass."""
+    tok = ChatTokenizer(str(TOKENIZER_DIR))
+    lines: dict[str, tuple[int, str | None, dict[str, Any]]] = {
+        "ok": (3, "instant", {}),
+        "bad": (7, None, {"add_generation_prompt": False}),
+    }
+    refused = check_kwargs(tok, MODES, {"thinking": 1.0}, lines)
+    assert list(refused) == ["bad"]
+    assert refused["bad"].startswith('chat_template_kwargs {"add_generation_prompt":false}: ')
+    assert "SGLang's chat path passes to the chat template itself" in refused["bad"]
 
 
 def test_a_lines_template_and_return_dict_are_refused_as_sglang_refuses_them() -> None:
@@ -55,5 +69,5 @@ def test_a_lines_template_and_return_dict_are_refused_as_sglang_refuses_them() -
     for value in (True, False):
         reason = refusal(tok, {"return_dict": value})
         assert reason is not None and "return_dict" in reason
-    with pytest.raises(InputFileError, match=r"^in\.jsonl:4: mode 'instant' chat_template_kwargs"):
-        check_kwargs(tok, "in.jsonl", MODES, None, {"a": (4, "instant", {"return_dict": True})})
+    refused = check_kwargs(tok, MODES, None, {"a": (4, "instant", {"return_dict": True})})
+    assert refused["a"].startswith("mode 'instant' chat_template_kwargs"), refused

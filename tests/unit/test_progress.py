@@ -150,3 +150,24 @@ def test_retries_before_any_line_say_so() -> None:
     p.finish()
     clock.now = 90.0  # a finished partition's clock has stopped
     assert p.elapsed() == 30.0
+
+
+def test_a_partition_that_ended_with_lines_left_keeps_no_eta() -> None:
+    """Failed or cancelled: its own progress line (the subflow's artifact) says how many lines
+    are left, not when they will be done; a completed one says 0.0m."""
+    clock = FakeClock()
+    p = Progress(total_lines=64, clock=clock)
+    p.batch_started(0, 0)
+    for _ in range(24):
+        clock.now += 1.0
+        p.line_done(0, 100)
+    assert p.eta() == "0.7m"
+    p.end()
+    clock.now += 600
+    assert p.eta() == "- (ended with 40 lines left)"
+    assert p.line().endswith("ETA=- (ended with 40 lines left)")
+    done = Progress(total_lines=1, clock=clock)
+    done.batch_started(0, 0)
+    done.line_done(0, 100)
+    done.end()
+    assert done.eta() == "0.0m"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 from eagle3_datagen.errors import BatchFailed, BatchTaskFailed, InputFileError
@@ -12,6 +13,7 @@ from eagle3_datagen.report.ui import (
     failed_batch_row,
     format_duration,
     progress_percent,
+    run_failed_batch_row,
     run_failure_message,
     run_name,
     run_progress_markdown,
@@ -113,13 +115,31 @@ def test_summary_rows_carry_this_runs_counts_and_what_is_on_disk_separately() ->
 
 def test_failed_batch_rows_name_lines_cause_and_attempts() -> None:
     err = BatchTaskFailed("generate[demo_short/0002]: line 40: request failed after 2 attempts")
-    assert failed_batch_row("demo_short/0002", 33, 16, err, 2) == {
-        "batch": "demo_short/0002",
-        "first_line": 33,
-        "last_line": 48,
-        "cause": "line 40: request failed after 2 attempts",
-        "attempts": 2,
-    }
+    row = failed_batch_row("demo_short/0002", 33, 16, err, 2)
+    # In column order: what an operator decides on first, then which lines.
+    assert list(row.items()) == [
+        ("status", "failed"),
+        ("cause", "line 40: request failed after 2 attempts"),
+        ("attempts", 2),
+        ("batch", "demo_short/0002"),
+        ("first_line", 33),
+        ("last_line", 48),
+    ]
+    # The parent's table: the partition (a link) after them, the batch by its number alone.
+    parent = run_failed_batch_row("[demo_short](http://ui/a/1)", row)
+    assert list(parent) == [
+        "status",
+        "cause",
+        "attempts",
+        "partition",
+        "batch",
+        "first_line",
+        "last_line",
+    ]
+    assert parent["partition"] == "[demo_short](http://ui/a/1)" and parent["batch"] == "0002"
+    long = failed_batch_row("p/0001", 1, 16, BatchTaskFailed("x" * 1000), 1)
+    assert len(long["cause"]) == 300 and long["cause"].endswith("…")
+    assert failed_batch_row("p/0001", 1, 16, asyncio.CancelledError(), 1)["status"] == "cancelled"
 
 
 def test_run_names_say_what_ran() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +14,44 @@ from eagle3_datagen.errors import ConfigError
 
 
 def format_validation_error(err: ValidationError, source: str, text: str | None = None) -> str:
-    """One line per problem: ``file: field.path: reason``, or ``file:line: ...`` when the
-    YAML ``text`` is given and the field is in it."""
+    """One line per field: ``file: field.path: reason``, or ``file:line: ...`` when the YAML
+    ``text`` is given and the field is in it. Pydantic's own words are left out: the member
+    tags of a union (``constrained-int``, ``literal['auto']``: one field, the alternatives
+    joined with "or") and the ``Value error, `` before a validator's message."""
     root = _yaml_root(text)
-    lines = []
+    reasons: dict[tuple[Any, ...], list[str]] = {}
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "<root>"
-        line = _yaml_line(root, e["loc"])
+        loc = tuple(x for x in e["loc"] if not _union_tag(x))
+        msg = str(e["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        said = reasons.setdefault(loc, [])
+        if msg not in said:
+            said.append(msg)
+    lines = []
+    for loc, msgs in reasons.items():
+        field = ".".join(str(x) for x in loc) or "<root>"
+        line = _yaml_line(root, loc)
         where = f"{source}:{line}" if line else source
-        lines.append(f"{where}: {loc}: {e['msg']}")
+        lines.append(f"{where}: {field}: {_either(msgs)}")
     return "\n".join(lines)
+
+
+_UNION_TAG = re.compile(
+    r"^(constrained-[a-z]+|[a-z]+(-[a-z]+)*\[.*\]|int|float|str|bool|bytes|list|dict|none)$"
+)
+
+
+def _union_tag(part: Any) -> bool:
+    """A loc part that names a union member's type, not a field (``constrained-int``,
+    ``literal['auto']``, ``function-after[...]``, ``int``)."""
+    return isinstance(part, str) and bool(_UNION_TAG.match(part))
+
+
+def _either(msgs: list[str]) -> str:
+    """``Input should be A``, ``Input should be B`` -> ``Input should be A, or B``."""
+    head, *rest = msgs
+    prefix = "Input should be "
+    alternatives = [m.removeprefix(prefix) if head.startswith(prefix) else m for m in rest]
+    return ", or ".join([head, *alternatives])
 
 
 def _yaml_root(text: str | None) -> yaml.Node | None:

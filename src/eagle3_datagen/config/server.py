@@ -92,13 +92,14 @@ class SpeculativeSpec(StrictModel):
 
 class LaunchFlags(StrictModel):
     """SGLang's launch flags for a server the run launches (attach mode: unused, but pre-flight
-    warns where the attached server's tp_size differs)."""
+    warns where the attached server's tp_size differs from one the config sets)."""
 
-    tp_size: int = Field(
+    tp_size: int | None = Field(
         title="Tensor parallel size",
-        default=DEFAULT_TP_SIZE,
+        default=None,
         ge=1,
-        description="--tp-size (GPUs per server).",
+        description=f"--tp-size (GPUs per server); unset: {DEFAULT_TP_SIZE} when launching, and "
+        "an attached server's own is not compared with it.",
     )
     mem_fraction_static: float = Field(
         title="Static memory fraction", default=DEFAULT_MEM_FRACTION, gt=0.0, lt=1.0
@@ -120,6 +121,11 @@ class LaunchFlags(StrictModel):
         description="--random-seed. Fixed, because SGLang otherwise picks a random seed at every "
         "launch, so the same config would sample differently after each launch or relaunch.",
     )
+
+    @property
+    def launch_tp_size(self) -> int:
+        """The --tp-size a launched server gets."""
+        return self.tp_size if self.tp_size is not None else DEFAULT_TP_SIZE
 
 
 class ServerLimits(StrictModel):

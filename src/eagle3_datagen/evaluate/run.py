@@ -25,6 +25,7 @@ from eagle3_datagen.evaluate.overlap import check_overlap
 from eagle3_datagen.evaluate.records import MIN_RECORDS, HeldOutRecord, held_out_records
 from eagle3_datagen.evaluate.server import check_draft, check_lossless, speculating, unreachable
 from eagle3_datagen.evaluate.slices import Measured, acceptance
+from eagle3_datagen.provenance import server_kind
 from eagle3_datagen.report.dataset_card import update_latest_eval
 from eagle3_datagen.report.intervals import Group, ratio_interval
 from eagle3_datagen.sglang.client import SGLangClient
@@ -97,9 +98,12 @@ class EvalResult:
         return out
 
 
-def _server(url: str, settings: Any) -> dict[str, Any]:
+def _server(url: str, settings: Any, info: dict[str, Any]) -> dict[str, Any]:
+    """The server as the eval's JSON and history record it; ``kind`` says whether SGLang or
+    the bundled emulator (which reports the SGLang version it stands in for) answered."""
     return {
         "url": url,
+        "kind": server_kind(info),
         "version": settings.version,
         "algorithm": settings.algorithm,
         "draft_model_path": settings.draft_model_path,
@@ -148,7 +152,7 @@ async def _measure(
         "started": started.isoformat(timespec="seconds"),
         "ended": datetime.now(UTC).isoformat(timespec="seconds"),
         "dataset": {"path": str(ds.root), "content_sha256": ds.content_sha256},
-        "server": _server(opts.server_url, settings),
+        "server": _server(opts.server_url, settings, info),
         "split": split_summary(choice, held.split),
         "heldout": held.counts(),
         "images_left_out": held.images_left_out,

@@ -59,12 +59,27 @@ class PartitionRunner:
     def from_plan(
         cls, plan: PartitionPlan, job: PartitionJob, client: GenerateClient
     ) -> PartitionRunner:
-        """The runner of a planned partition: the plan's tokenizer, ids, repeated ids and
-        reusable results."""
+        """The runner of a planned partition: the plan's tokenizer, ids, repeated ids, refused
+        kwargs and reusable results."""
         ctx = PartitionContext.build(
-            job, plan.tokenizer, plan.ids, plan.duplicates, plan.dropped, plan.reuse
+            job,
+            plan.tokenizer,
+            plan.ids,
+            plan.duplicates,
+            plan.dropped,
+            plan.reuse,
+            refused_kwargs=plan.refused_kwargs,
         )
         return cls(job, ctx, client)
+
+    async def committed_before(self, spec: BatchSpec) -> BatchSummary | None:
+        """The summary of a batch an earlier run (or attempt) committed, counted as done; None
+        when it is still to do. The partition asks before it starts a task for the batch, so a
+        committed batch gets none (it would only read this marker)."""
+        done = await off_loop(self.output.committed, spec.index, spec.key)
+        if done is not None:
+            self.progress.batch_skipped(done.lines)
+        return done
 
     async def run_batch(self, spec: BatchSpec) -> BatchSummary:
         """Process one batch end to end, or return its summary if it was committed before.

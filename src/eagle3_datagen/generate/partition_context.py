@@ -46,6 +46,9 @@ class PartitionContext:
     reuse: ReusePool = field(default_factory=ReusePool)
     context_length: int | None = None
     max_req_input_len: int | None = None
+    # Why the template refuses a line's kwargs, by inputs.scan.kwargs_key: those lines are
+    # rejected as bad input (generate/kwargs_probe.py)
+    refused_kwargs: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -56,9 +59,11 @@ class PartitionContext:
         duplicates: Mapping[int, int] | None = None,
         dropped: Mapping[int, Similar] | None = None,
         reuse: ReusePool | None = None,
+        refused_kwargs: Mapping[str, str] | None = None,
     ) -> PartitionContext:
         """The context of ``job``'s partition: its config's parts, the server's limits the job
-        carries, the lines to reject and the results to reuse (a plan's, generate/plan.py)."""
+        carries, the lines to reject (repeated, dropped, kwargs the template refuses) and the
+        results to reuse (a plan's, generate/plan.py)."""
         config = job.config
         part = config.partition(job.partition)
         tier = config.tier(part.tier)
@@ -68,6 +73,7 @@ class PartitionContext:
             *(config.validation, PartitionOutput(config.output_dir, part.name), Progress()),
             *(duplicates or {}, dropped or {}, reuse or ReusePool()),
             *(job.context_length, job.max_req_input_len),
+            refused_kwargs=refused_kwargs or {},
         )
 
     def record_id(self, prompt: Prompt, turn: int, sample: int) -> str:

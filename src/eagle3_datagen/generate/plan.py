@@ -37,6 +37,9 @@ class PartitionPlan:
     done_lines: int  # lines of batches earlier runs committed from the input as it is now
     similar: list[Similar]  # prompts that repeat an earlier line's (inputs/near_dups.py)
     dropped: dict[int, Similar]  # those the partition's policy drops, by line
+    # Why the template refuses a line's kwargs, by kwargs_key (mode named, own kwargs): those
+    # lines are rejected as bad input (generate/kwargs_probe.py)
+    refused_kwargs: dict[str, str]
 
     @property
     def total_lines(self) -> int:
@@ -55,7 +58,8 @@ def load_tokenizer(config: PipelineConfig) -> ChatTokenizer:
 
 def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
     """Load the tokenizer, resolve the special tokens, plan the batches, find duplicate ids,
-    try the template on every kwargs set the partition uses (``kwargs_probe``), and bring the
+    try the template on every kwargs set the partition uses (``kwargs_probe``: a refused mode
+    stops here, a refused line's kwargs reject that line), and bring the
     partition's output directory in line with the input as it is now.
 
     The input is streamed (batches are byte ranges), so this holds no prompt in memory.
@@ -66,7 +70,7 @@ def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
     scan = scan_input(
         partition, part.input, config.batch_size, part.near_duplicates, config.model.modes
     )
-    check_kwargs(tokenizer, part.input, config.model.modes, part.modes, scan.kwargs_lines)
+    refused = check_kwargs(tokenizer, config.model.modes, part.modes, scan.kwargs_lines)
     output = PartitionOutput(config.output_dir, partition)
     reuse, superseded = prepare_partition(output, scan.batches, scan.info)
     write_similar(output, str(part.input), scan.similar)
@@ -83,6 +87,7 @@ def plan_partition(config: PipelineConfig, partition: str) -> PartitionPlan:
         done_lines=done_lines(output, scan.batches),
         similar=scan.similar,
         dropped=scan.dropped,
+        refused_kwargs=refused,
     )
 
 

@@ -22,6 +22,7 @@ from eagle3_datagen.inputs.prompts import (
     raw_text,
     read_batch,
 )
+from eagle3_datagen.inputs.scan import kwargs_key
 from eagle3_datagen.render.chat_tokenizer import RenderError
 from eagle3_datagen.write.journal import BatchJournal, prompt_key
 from eagle3_datagen.write.records import Reject
@@ -66,8 +67,13 @@ def _parse(ctx: PartitionContext, spec: BatchSpec) -> tuple[list[Prompt], list[R
     prompts: list[Prompt] = []
     image_dir = Path(spec.path).parent  # relative image paths are the input file's
     modes, shares = ctx.modes, ctx.partition.modes
+    refused = ctx.refused_kwargs
     for line, raw in read_batch(spec):
         parsed = parse_prompt(raw, line, image_dir)
+        if isinstance(parsed, Prompt) and refused and (parsed.mode or parsed.kwargs):
+            why = refused.get(kwargs_key(parsed.mode, parsed.kwargs))
+            if why is not None:  # its kwargs, as the plan's probe found (kwargs_probe.py)
+                parsed = InputReject(line, why, "", parsed.id)
         if isinstance(parsed, Prompt):
             parsed = apply_mode(parsed, modes, shares)
         if isinstance(parsed, InputReject):

@@ -9,6 +9,7 @@ manifest, so a dataset can be checked against its inputs later (``validate --inp
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import hashlib
 import os
@@ -112,6 +113,11 @@ def _undeclared(path: str | Path, line: int, mode: str, modes: Collection[str]) 
     return f"{path}:{line}: mode {mode!r} is not declared in model.modes (declared: {declared})"
 
 
+def kwargs_key(mode: str | None, kwargs: dict[str, Any]) -> str:
+    """A line's named mode and own kwargs as one key (``InputScan.kwargs_lines``)."""
+    return orjson.dumps([mode, kwargs], option=orjson.OPT_SORT_KEYS).decode()
+
+
 def scan_input(
     partition: str,
     path: str | Path,
@@ -147,8 +153,8 @@ def scan_input(
                 if modes is not None and parsed.mode is not None and parsed.mode not in modes:
                     raise InputFileError(_undeclared(path, line, parsed.mode, modes))
                 if parsed.mode is not None or parsed.kwargs:
-                    key = orjson.dumps([parsed.mode, parsed.kwargs], option=orjson.OPT_SORT_KEYS)
-                    kwargs_lines.setdefault(key.decode(), (line, parsed.mode, parsed.kwargs))
+                    key = kwargs_key(parsed.mode, parsed.kwargs)
+                    kwargs_lines.setdefault(key, (line, parsed.mode, parsed.kwargs))
                 finder.add(parsed.id, line)
                 if similar_finder is not None:
                     similar_finder.add(line, parsed.messages, parsed.tools)
@@ -172,4 +178,17 @@ def scan_input(
         near_duplicates=sum(s.kind == "near" for s in similar),
         near_duplicates_policy=policy,
     )
+    del finder, similar_finder
+    release_freed_memory()
     return InputScan(batches, duplicates, info, similar, dropped, kwargs_lines)
+
+
+def release_freed_memory() -> None:
+    """Hand the scan's freed arrays back to the OS. glibc keeps freed heap pages for the
+    process, and the batches that follow the scan allocate mostly elsewhere (Python's arenas),
+    so without this a 1,000,000-prompt scan left ~75 MB resident under the whole run (figure
+    (c)). Not glibc (musl, macOS): nothing to do."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -41,6 +41,31 @@ REQUEST_TEMPLATE_REFUSED = (
     "--trust-request-chat-template to permit it."
 )
 
+# The arguments SGLang's chat path passes to apply_chat_template by name beside
+# **chat_template_kwargs (serving_chat.py:2323-2330) and the template's own (jinja's messages):
+# kwargs repeating one fail the request (SGLang answers 500).
+NAMED_ARGUMENTS = (
+    "add_generation_prompt",
+    "conversation",
+    "messages",
+    "return_dict",
+    "tokenize",
+    "tools",
+)
+
+
+def named_argument_refusal(kwargs: dict[str, Any]) -> str | None:
+    """Why kwargs that repeat an argument SGLang passes by name fail, or None."""
+    clash = sorted(set(kwargs) & set(NAMED_ARGUMENTS))
+    if not clash:
+        return None
+    keys = ", ".join(repr(k) for k in clash)
+    return (
+        f"chat_template_kwargs sets {keys}, which SGLang's chat path passes to the chat template "
+        "itself, so SGLang fails the request (500 Internal server error, 400 for "
+        "'conversation'); remove it from the kwargs"
+    )
+
 
 @dataclass(slots=True)
 class RenderError:
@@ -124,6 +149,9 @@ class ChatTokenizer:
         SGLang's chat path hands it to the template (``sglang_chat``)."""
         if "chat_template" in prompt.kwargs:  # the line's or its mode's, as a request's
             raise SglangChatError(REQUEST_TEMPLATE_REFUSED)
+        clash = named_argument_refusal({**self.chat_template_kwargs, **prompt.kwargs})
+        if clash is not None:  # said here: the retry with flat tools below would hide it
+            raise SglangChatError(clash)
         if self.reference == "template":
             return self._apply_template(prompt.messages, prompt.tools, prompt.kwargs)
         template = self._template_text()

@@ -301,3 +301,17 @@ def history_text(rows: list[dict[str, Any]], columns: list[tuple[str, str]] | No
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(line.rstrip() for line in lines)
+
+
+def ui_history_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``history_rows`` for the UI's table artifact: the figures first, on screen in a 1400 px
+    window, and the run last by its short name (a datagen run's name before its ': ', which
+    repeats the partitions and the start the row has its own columns for)."""
+    out = []
+    for row in rows:
+        run = str(row.get("run", "-"))
+        name, sep, rest = run.partition(": ")
+        attempt = rest[rest.rfind(" (attempt ") :] if sep and rest.endswith(")") else ""
+        short = (name + attempt) if sep else run
+        out.append({**{k: v for k, v in row.items() if k != "run"}, "run": short[:40]})
+    return out

@@ -57,6 +57,7 @@ class Progress:
     output_tokens: int = 0  # returned by the server in this run
     started: float = math.nan
     finished: float | None = None
+    ended: bool = False  # the partition ended (end()): lines left are not to come
     clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
     # Lines of batches committed before this run (skipped), and of batches committed in it.
     skipped_lines: int = 0
@@ -142,6 +143,12 @@ class Progress:
         if self.finished is None:
             self.finished = self.clock()
 
+    def end(self) -> None:
+        """The partition ended (its clock stops): lines left now will not be done by this run,
+        so no ETA is shown for them."""
+        self.finish()
+        self.ended = True
+
     def _now(self) -> float:
         return self.finished if self.finished is not None else self.clock()
 
@@ -183,10 +190,12 @@ class Progress:
     def eta(self) -> str:
         """Time left at this run's line rate: ``12.5m``, ``3.1h``, ``?`` before any line, or
         ``? (no line finished for 6.2m; 4 retries since)`` once the rate no longer describes
-        the run (see the module doc)."""
+        the run (see the module doc); none once the partition ended with lines left."""
         remaining = max(self.total_lines - self.done, 0)
         if remaining == 0:
             return format_eta(0.0)
+        if self.ended:  # the partition ended (failed, cancelled) with lines left: no ETA
+            return f"- (ended with {remaining} lines left)"
         rate = self.lines_per_s()
         estimate = remaining / rate if rate > 0 else float("inf")
         quiet = self._now() - (

@@ -9,6 +9,7 @@ orchestrator's own formats (its state messages, event resources, artifact keys a
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from datetime import datetime
@@ -149,11 +150,20 @@ def partition_summary(output_dir: str, partition: str, progress: Progress | None
     return summary
 
 
-def summary_description(rows: list[dict[str, Any]], output_dir: str) -> str:
+EMULATED = "EMULATED: the bundled SGLang emulator made these tokens, not SGLang (test data)"
+
+
+def summary_description(
+    rows: list[dict[str, Any]], output_dir: str, *, emulated: bool = False
+) -> str:
+    """The summary's one line: partitions, records, output, what failed; data the emulator
+    made says so first (the UI shows no dataset card)."""
     failed = [r["partition"] for r in rows if r["status"] not in ("completed", REUSED, CANCELLED)]
     cancelled = [r["partition"] for r in rows if r["status"] == CANCELLED]
     accepted = sum(int(r["accepted"]) for r in rows)
     head = f"{len(rows)} partitions, {accepted} records accepted in this run, output {output_dir}"
+    if emulated:
+        head = f"{EMULATED}; {head}"
     if cancelled:
         head += f"; CANCELLED: {', '.join(cancelled)}"
     return head + (f"; FAILED: {', '.join(failed)}" if failed else "")
@@ -270,19 +280,37 @@ def fanout_failure_message(failed: dict[str, str | None], total: int) -> str:
     return f"{len(failed)} of {total} partition jobs failed: {detail}"
 
 
+CAUSE_CHARS = 300  # a cause cell's width at most; the whole reason is in the batch's log
+
+
 def failed_batch_row(
     label: str, first_line: int, count: int, err: BaseException, attempts: int
 ) -> dict[str, Any]:
-    """One row of a partition's failed-batches table: which lines, why, how often tried."""
+    """One row of a partition's failed-batches table: what an operator decides on first
+    (status, why, how often tried: on screen in a 1400 px window), then which lines."""
     cause = " ".join(str(err).split()) or type(err).__name__
     cause = cause.removeprefix(f"generate[{label}]: ")
+    if len(cause) > CAUSE_CHARS:
+        cause = cause[: CAUSE_CHARS - 1] + "…"
+    cancelled = isinstance(err, asyncio.CancelledError) or "Cancel" in type(err).__name__
     return {
+        "status": "cancelled" if cancelled else "failed",
+        "cause": cause,
+        "attempts": attempts,
         "batch": label,
         "first_line": first_line,
         "last_line": first_line + count - 1,
-        "cause": cause[:500],
-        "attempts": attempts,
     }
+
+
+def run_failed_batch_row(partition_link: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A partition table's row in the parent's table: the partition (a link to its own table)
+    after the row's status, cause and attempts, and the batch as its number alone (its label
+    repeats the partition's name)."""
+    lead: dict[str, Any] = {k: row[k] for k in ("status", "cause", "attempts") if k in row}
+    rest = {k: v for k, v in row.items() if k not in lead and k != "batch"}
+    batch = str(row.get("batch", "")).rpartition("/")[2]
+    return {**lead, "partition": partition_link, "batch": batch, **rest}
 
 
 def failed_batches_description(partition: str, rows: list[dict[str, Any]], batches: int) -> str:

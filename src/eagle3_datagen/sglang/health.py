@@ -87,6 +87,18 @@ async def nothing_listens(url: str, timeout_s: float = 5.0) -> str | None:
     return None
 
 
+async def check_listens(url: str, limit_s: float = ATTACH_REFUSED_S, poll_s: float = 0.5) -> None:
+    """Return once a connection to ``url`` opens (or only times out); raise as the attach
+    gate does when nothing listens there for ``limit_s``. The command line's check of an
+    attached server, before Prefect starts."""
+    refusal = _Refusal(limit_s)
+    while True:
+        await refusal.update(url, 0, time.monotonic())
+        if refusal.why is None:
+            return
+        await asyncio.sleep(poll_s)
+
+
 def _status_text(status: int, refused: str | None) -> str:
     return str(status) if status else (refused or "no answer")
 

@@ -68,7 +68,7 @@ def build_launch_command(
             )
     module = SGLANG_MODULE if server.engine == "sglang" else EMULATOR_MODULE
     cmd = [python, "-m", module, "--model-path", model.path]
-    cmd += ["--tp-size", str(server.launch.tp_size)]
+    cmd += ["--tp-size", str(server.launch.launch_tp_size)]
     cmd += ["--mem-fraction-static", f"{server.launch.mem_fraction_static:g}"]
     if server.launch.enable_hierarchical_cache:
         cmd += [

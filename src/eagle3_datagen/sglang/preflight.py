@@ -341,7 +341,8 @@ def _mismatches(
     an attached server may legitimately differ, e.g. a hub id versus a local snapshot)."""
     found = []
     served_tp = server_info.get("tp_size")
-    if served_tp is not None and served_tp != server.launch.tp_size:
+    claimed = server.launch.tp_size  # unset: a launch default, not a claim about the server
+    if served_tp is not None and claimed is not None and served_tp != claimed:
         found.append(f"server tp_size is {served_tp}, the config says {server.launch.tp_size}")
     served_model = model_info.get("model_path") or server_info.get("model_path")
     if isinstance(served_model, str) and not _same_location(served_model, model.path):
