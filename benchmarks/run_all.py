@@ -68,25 +68,49 @@ class Figure:
 
 # The figures ``--gate`` fails on: the ratios, which compare across machines ((b), (c), (d),
 # (e), (f)); the CPU figures ((a), (g)) and (h)'s prices are reported, not gated, since CI's
-# machine is shared. A gated figure is held to its own target, except (f) static: its drain
-# (the last long outputs on a nearly empty server at a fixed 32 in flight) has missed 1.05x
-# in every run since the figure exists (1.17-1.24x), so the gate holds it at GATE_F_STATIC
-# and fails on a slip past that, not on the known miss (docs/performance.md).
+# machine is shared. CI runs the quick sizes, on which some targets cannot be met by design
+# (a short run's final drain is a large share of it: (b) and (f)), and a shared 2-core machine
+# moves (e) by up to 0.15x (benchmarks/RESULTS.md). So the gate holds each ratio to a *slip
+# limit*: beyond the noise seen on such machines, short of the target. A real regression (the
+# /metrics parse that cost auto a fifth of a core, memory growing with the input) lands far
+# past it. The targets themselves are judged by full runs, in RESULTS.md.
 GATED = "bcdef"
-GATE_F_STATIC = 1.3
+GATE_F_STATIC = 1.3  # (f) static's drain has missed 1.05x in every run (1.17-1.27x)
+# name prefix -> (comparison, slip limit); (b)'s slots are held to "above sequential" instead.
+SLIP_LIMITS: dict[str, tuple[str, float]] = {
+    "peak RSS": ("<=", 1.15),
+    "prompts tokenized/s": (">=", 1.8),
+    "auto / best static": (">=", 0.85),
+    "makespan / peak-capacity bound": ("<=", GATE_F_STATIC),
+}
+
+
+def _leading_number(value: str) -> float:
+    """The figure's first number: ``1.07x (303 / 283 MB)`` -> 1.07, ``89.6% (...)`` -> 0.896."""
+    head = value.split(" ", 1)[0].rstrip("x")
+    return float(head[:-1]) / 100 if head.endswith("%") else float(head)
 
 
 def gate_failures(figs: list[Figure]) -> list[tuple[Figure, str]]:
-    """The gated figures that miss what the gate holds them to, each with that limit."""
+    """The gated figures that miss their slip limit, each with that limit."""
     out = []
     for f in figs:
         if f.part not in GATED:
             continue
-        if f.part == "f" and f.name.endswith(", static"):
-            if float(f.value.split("x", 1)[0]) > GATE_F_STATIC:
-                out.append((f, f"<= {GATE_F_STATIC}x"))
-        elif not f.ok:
-            out.append((f, f.target))
+        if f.name.startswith("slot utilization"):
+            pipeline, sequential = f.value.split("(sequential ", 1)
+            if _leading_number(pipeline) <= _leading_number(sequential.rstrip(")")):
+                out.append((f, "> sequential"))
+            continue
+        limit = next((v for k, v in SLIP_LIMITS.items() if f.name.startswith(k)), None)
+        if limit is None:  # no slip limit: held to its own target
+            if not f.ok:
+                out.append((f, f.target))
+            continue
+        op, bound = limit
+        x = _leading_number(f.value)
+        if (op == "<=" and x > bound) or (op == ">=" and x < bound):
+            out.append((f, f"{op} {bound:g}x"))
     return out
 
 
