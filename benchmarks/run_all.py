@@ -43,6 +43,7 @@ from benchmarks import (
     logprob_cost,
     makespan,
     memory,
+    readme_summary,
     results_md,
     tokenize_rate,
     utilization,
@@ -63,6 +64,30 @@ class Figure:
     @property
     def verdict(self) -> str:
         return "PASS" if self.ok else "MISS"
+
+
+# The figures ``--gate`` fails on: the ratios, which compare across machines ((b), (c), (d),
+# (e), (f)); the CPU figures ((a), (g)) and (h)'s prices are reported, not gated, since CI's
+# machine is shared. A gated figure is held to its own target, except (f) static: its drain
+# (the last long outputs on a nearly empty server at a fixed 32 in flight) has missed 1.05x
+# in every run since the figure exists (1.17-1.24x), so the gate holds it at GATE_F_STATIC
+# and fails on a slip past that, not on the known miss (docs/performance.md).
+GATED = "bcdef"
+GATE_F_STATIC = 1.3
+
+
+def gate_failures(figs: list[Figure]) -> list[tuple[Figure, str]]:
+    """The gated figures that miss what the gate holds them to, each with that limit."""
+    out = []
+    for f in figs:
+        if f.part not in GATED:
+            continue
+        if f.part == "f" and f.name.endswith(", static"):
+            if float(f.value.split("x", 1)[0]) > GATE_F_STATIC:
+                out.append((f, f"<= {GATE_F_STATIC}x"))
+        elif not f.ok:
+            out.append((f, f.target))
+    return out
 
 
 def machine() -> dict[str, Any]:
@@ -222,9 +247,9 @@ def memory_figure(c: dict[str, Any]) -> Figure:
         "c",
         f"peak RSS, {c['big_prompts']:,} / {c['small_prompts']:,} prompts",
         f"{ratio:.2f}x ({c['big_peak_mb']:.0f} / {c['small_peak_mb']:.0f} MB){scan}",
-        "<= 1.5x",
-        ratio <= 1.5,
-        "" if ratio <= 1.5 else "memory grows with the input",
+        "<= 1.15x",
+        ratio <= 1.15,
+        "" if ratio <= 1.15 else "memory grows with the input",
     )
 
 
@@ -499,6 +524,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-results", action="store_true", help="write no results file")
     p.add_argument("--from-json", type=Path, help="print the report of a saved --json run")
+    p.add_argument(
+        "--gate",
+        action="store_true",
+        help="exit 1 when a ratio figure ((b)-(f)) misses what CI holds it to; a missed "
+        "part is run once more first (CI's machine is shared)",
+    )
     args = p.parse_args(argv)
     if args.from_json:
         saved = json.loads(args.from_json.read_text())
@@ -544,6 +575,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ({key}) {label} ...", end="", flush=True)
         results[key] = run()
         print(f" {time.monotonic() - t0:.0f} s", flush=True)
+    if args.gate:  # one more run of each part a gated figure missed in: a loaded machine's noise
+        for key, label, run in steps:
+            if key in args.only and gate_failures(figures({key: results[key]})):
+                print(f"  ({key}) {label}, once more (a gated figure missed) ...", flush=True)
+                results[key] = run()
     info["loadavg_end"] = os.getloadavg()
 
     figs = figures(results)
@@ -564,8 +600,14 @@ def main(argv: list[str] | None = None) -> int:
     target = args.results or (None if args.quick else results_md.DEFAULT_PATH)
     if target and not args.no_results:
         record(target, results, figs)
+        if target == results_md.DEFAULT_PATH and readme_summary.update():
+            print(f"performance summary rewritten in {readme_summary.README}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
+    if args.gate and (failed := gate_failures(figs)):
+        for f, limit in failed:
+            print(f"gate: ({f.part}) {f.name}: {f.value} misses {limit}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -31,7 +31,7 @@ from eagle3_datagen.inputs.shingles import NUM_PERM, minhash, shingle_hashes
 
 BAND = 8  # signature bytes per LSH band: 8 bands of 8
 _CHUNK = 4096  # lines whose MinHash is computed in one call, at most
-_CHUNK_BYTES = 1 << 20  # and at most about this much text (numpy needs ~40 bytes per byte)
+_CHUNK_BYTES = 1 << 18  # and at most about this much text (numpy needs ~40 bytes per byte)
 _SPACE = re.compile(r"\s+")
 
 
@@ -161,7 +161,7 @@ class NearDuplicateFinder:
         lines = self._lines
         return [
             Similar(lines[i], lines[first], "exact", 1.0)
-            for i, first in _repeats(hashes)
+            for i, first in repeats(hashes)
             if lines[i] not in skip
         ]
 
@@ -194,16 +194,21 @@ class NearDuplicateFinder:
         return max(0.0, (agree - 1 / 256) / (1 - 1 / 256))
 
 
-def _repeats(hashes: np.ndarray) -> list[tuple[int, int]]:
-    """``(index, first index with the same hash)`` for every index that repeats one."""
+def repeats(hashes: np.ndarray) -> list[tuple[int, int]]:
+    """``(index, first index with the same hash)`` for every index that repeats one.
+
+    Working memory: about 25 bytes per hash at its peak (the sort order and two gathers of
+    it), freed on return; Python objects only for the repeats."""
     if len(hashes) < 2:
         return []
     order = np.argsort(hashes, kind="stable")  # equal hashes: indexes ascend
-    ordered = hashes[order]
-    new_run = np.concatenate([[True], ordered[1:] != ordered[:-1]])
-    run_start = np.maximum.accumulate(np.where(new_run, np.arange(len(order)), 0))
-    rep = np.flatnonzero(~new_run)
-    return list(zip(order[rep].tolist(), order[run_start[rep]].tolist(), strict=True))
+    same = hashes[order[1:]] == hashes[order[:-1]]  # position k + 1 repeats position k
+    rep = np.flatnonzero(same) + 1
+    if not len(rep):
+        return []
+    starts = np.concatenate([[0], np.flatnonzero(~same) + 1])  # where each run begins
+    run_start = starts[np.searchsorted(starts, rep, side="right") - 1]
+    return list(zip(order[rep].tolist(), order[run_start].tolist(), strict=True))
 
 
 _COMPARE = 4  # earlier lines of a band's run each line is compared with
@@ -214,7 +219,7 @@ def _runs(keys: np.ndarray) -> list[tuple[int, list[int]]]:
     indexes with that key (at most ``_COMPARE``: comparisons stay linear in a large run)."""
     firsts: dict[int, list[int]] = {}
     out: list[tuple[int, list[int]]] = []
-    for i, first in _repeats(keys):  # within a run, indexes ascend
+    for i, first in repeats(keys):  # within a run, indexes ascend
         earlier = firsts.setdefault(first, [first])
         out.append((i, earlier[:]))
         if len(earlier) < _COMPARE:

@@ -11,7 +11,6 @@ and the reason; a bad line never stops the others.
 from __future__ import annotations
 
 import hashlib
-import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -328,22 +327,13 @@ class DuplicateFinder:
 
     def duplicates(self) -> dict[int, int]:
         """``{line: first_line}`` for every line that repeats an earlier id."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        import numpy as np
 
-        hashes, lines = self._hashes, self._lines
-        if len(hashes) < 2:
-            return {}
-        order = pc.sort_indices(pa.array(hashes, type=pa.uint64())).to_pylist()
-        dupes: dict[int, int] = {}
-        first = order[0]
-        for prev, cur in itertools.pairwise(order):
-            if hashes[cur] != hashes[prev]:
-                first = cur
-            else:
-                # sort_indices is stable, so within equal hashes lines ascend
-                dupes[lines[cur]] = lines[first]
-        return dupes
+        from eagle3_datagen.inputs.near_dups import repeats
+
+        lines = self._lines
+        hashes = np.frombuffer(self._hashes, dtype=np.uint64)
+        return {lines[i]: lines[first] for i, first in repeats(hashes)}
 
 
 def find_duplicate_ids(partition: str, path: str | Path, batch_size: int = 4096) -> dict[int, int]:

@@ -9,6 +9,7 @@ manifest, so a dataset can be checked against its inputs later (``validate --inp
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import hashlib
 import os
@@ -177,4 +178,17 @@ def scan_input(
         near_duplicates=sum(s.kind == "near" for s in similar),
         near_duplicates_policy=policy,
     )
+    del finder, similar_finder
+    release_freed_memory()
     return InputScan(batches, duplicates, info, similar, dropped, kwargs_lines)
+
+
+def release_freed_memory() -> None:
+    """Hand the scan's freed arrays back to the OS. glibc keeps freed heap pages for the
+    process, and the batches that follow the scan allocate mostly elsewhere (Python's arenas),
+    so without this a 1,000,000-prompt scan left ~75 MB resident under the whole run (figure
+    (c)). Not glibc (musl, macOS): nothing to do."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -19,7 +19,7 @@ import functools
 import numpy as np
 
 NUM_PERM = 64
-_BLOCK = 1 << 14  # shingles permuted at once: 16k x 64 x 8 bytes = 8 MB per array
+_BLOCK = 1 << 12  # shingles permuted at once: 4k x 64 x 8 bytes = 2 MB per array
 _PRIME = np.uint64((1 << 61) - 1)  # datasketch's Mersenne prime
 MAX_HASH = np.uint64((1 << 32) - 1)  # also the value of a MinHash that saw nothing
 _P = 0x100000001B3  # the polynomial hash's base: odd, so invertible modulo 2**64

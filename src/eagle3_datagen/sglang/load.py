@@ -50,8 +50,11 @@ class LoadSample:
 
 def parse_metrics(text: str) -> LoadSample:
     """The load from a Prometheus text body; series of one name (DP ranks) are summed, the
-    token usage is their maximum."""
-    families = _families(text)
+    token usage is their maximum. Only the lines of the series read here go through the
+    parser: SGLang's whole exposition (~420 lines, mostly histogram buckets) cost ~12 ms of
+    client CPU a reading that way, against ~0.2 ms, and ``concurrency: auto`` reads it every
+    few seconds per server (figure (e)'s controller every 0.02 s)."""
+    families = _families("\n".join(line for line in text.splitlines() if _series(line) in _NAMES))
     sums: dict[str, float] = {}
     usage = 0.0
     for family in families:
@@ -64,7 +67,7 @@ def parse_metrics(text: str) -> LoadSample:
             else:
                 sums[key] = sums.get(key, 0.0) + sample.value
     if "running" not in sums:
-        raise NotSGLangMetrics(_kind(families))
+        raise NotSGLangMetrics(_kind(_families(text)))
     return LoadSample(
         running=int(sums.get("running", 0)),
         queued=int(sums.get("queued", 0)),
@@ -78,6 +81,11 @@ def parse_metrics(text: str) -> LoadSample:
 
 class NotSGLangMetrics(ValueError):
     """A ``/metrics`` body without SGLang's series; the message says whose it looks like."""
+
+
+def _series(line: str) -> str:
+    """The series name a sample line starts with ("" for a comment)."""
+    return line.partition("{")[0].partition(" ")[0]
 
 
 def _families(text: str) -> list[Metric]:

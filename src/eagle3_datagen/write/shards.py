@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +179,9 @@ class PartitionOutput:
                     raise write_failed(self.rejects_path(summary.index), err) from err
             atomic_write_bytes(
                 self.marker_path(summary.index),
-                orjson.dumps(asdict(summary), option=orjson.OPT_INDENT_2),
+                # orjson writes the dataclass itself, field by field as asdict would, without
+                # asdict's deep copy of every output length (~2 us per record).
+                orjson.dumps(summary, option=orjson.OPT_INDENT_2),
             )
         except OutputWriteError:
             _drop(shard)
