@@ -17,13 +17,16 @@ usage: python hidden_states.py speculators TARGET PREPARED_DIR
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
 
-AUX_LAYERS = (1, 2, 3)
+# LAB_AUX_LAYERS moves them (the real lab's 30-layer target: "2 15 27", speculators' default
+# of 2, L/2, L-3); the draft is trained with the same --target-layer-ids.
+AUX_LAYERS = tuple(int(x) for x in os.environ.get("LAB_AUX_LAYERS", "1 2 3").split())
 
 
 def capture(model, ids: list[int]) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:

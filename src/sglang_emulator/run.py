@@ -18,6 +18,7 @@ from pathlib import Path
 from aiohttp import web
 
 from sglang_emulator.args import EmulatorArgs, parse_args
+from sglang_emulator.backend import BackendError
 from sglang_emulator.server import Emulator, log
 from sglang_emulator.speculating import SpeculationArgsError
 from sglang_emulator.vocab import Vocab
@@ -87,14 +88,10 @@ async def serve(args: EmulatorArgs, vocab: Vocab) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    try:
-        if args.emu_model_backend:  # a real model (torch): imported only when asked for
-            from sglang_emulator.model_backend import ModelEmulator
-
-            emulator: Emulator = ModelEmulator(args, vocab)
-        else:
-            emulator = Emulator(args, vocab)
-    except SpeculationArgsError as e:  # SGLang fails here too (loading the draft, or its args)
+    try:  # --emu-model-backend: a real model (torch), imported only when asked for
+        emulator = Emulator(args, vocab)
+    except (SpeculationArgsError, BackendError) as e:  # SGLang fails here too (its args, or
+        # loading the model or the draft): a one-line reason
         log(f"ERROR: {e}", err=True)
         return 1
     gc.freeze()  # startup objects (vocab tables, caches) never need scanning again

@@ -24,6 +24,14 @@ from aiohttp import web
 
 from sglang_emulator import info
 from sglang_emulator.args import SGLANG_VERSION, EmulatorArgs, output_by_max_new
+from sglang_emulator.backend import (
+    Backend,
+    Batcher,
+    FakeBackend,
+    Generation,
+    Scored,
+    load_backend,
+)
 from sglang_emulator.errors import (
     ApiError,
     ServiceError,
@@ -34,7 +42,7 @@ from sglang_emulator.faults import FaultInjector, FaultKind, FaultRates, is_exem
 from sglang_emulator.images import KimiImages
 from sglang_emulator.latency import LatencyModel, SlotPool, Stats
 from sglang_emulator.ledger import Ledger
-from sglang_emulator.logprobs import fake_logprobs, with_logprob_fields
+from sglang_emulator.logprobs import fake_logprobs, real_logprobs, with_logprob_fields
 from sglang_emulator.metrics import Observed, load_catalogue, loads_json, prometheus_text
 from sglang_emulator.physics import PROFILES
 from sglang_emulator.protocol import (
@@ -50,6 +58,7 @@ from sglang_emulator.protocol import (
 from sglang_emulator.scheduler import PhysicsScheduler
 from sglang_emulator.speculating import (
     SPEC_MAX_RUNNING_REQUESTS,
+    SpecSettings,
     Speculator,
     parse_profile,
     request_seed,
@@ -83,24 +92,6 @@ class Emulator:
     def __init__(self, args: EmulatorArgs, vocab: Vocab) -> None:
         self.args = args
         self.vocab = vocab
-        self.model = FakeModel(
-            vocab,
-            mean_output_tokens=args.emu_mean_output_tokens,
-            max_output_tokens=args.emu_max_output_tokens,
-            sigma=args.emu_output_sigma,
-            tool_call_rate=args.emu_tool_call_rate,
-        )
-        # --emu-output-by-max-new: one model per tier length, chosen by max_new_tokens.
-        self.models_by_max_new = {
-            max_new: FakeModel(
-                vocab,
-                mean_output_tokens=mean,
-                max_output_tokens=args.emu_max_output_tokens,
-                sigma=args.emu_output_sigma,
-                tool_call_rate=args.emu_tool_call_rate,
-            )
-            for max_new, mean in output_by_max_new(args.emu_output_by_max_new or "").items()
-        }
         context = args.context_length or vocab.meta.context_length
         profile = PROFILES[args.emu_physics] if args.emu_physics else None
         max_total = args.emu_max_total_tokens or (
@@ -112,7 +103,15 @@ class Emulator:
             args.random_seed if args.random_seed is not None else random.randint(0, 1 << 30)
         )
         self.latency = LatencyModel(args.emu_prefill_tokens_per_s, args.emu_decode_ms_per_token)
-        self.speculator = self._speculator(args, vocab)
+        architectures = vocab.meta.architectures or [""]
+        settings = resolve_settings(args.ns, architectures[0])
+        self.backend: Backend = (
+            load_backend(args.emu_model_backend, args, settings, vocab)
+            if args.emu_model_backend
+            else _fake_backend(args, vocab)
+        )
+        self.batcher = Batcher(self.backend) if self.backend.max_batch > 1 else None
+        self.speculator = self._speculator(args, settings)
         self.max_running_requests = args.max_running_requests or (
             SPEC_MAX_RUNNING_REQUESTS if self.speculator is not None else None
         )
@@ -156,10 +155,8 @@ class Emulator:
         )
 
     @staticmethod
-    def _speculator(args: EmulatorArgs, vocab: Vocab) -> Speculator | None:
-        """``--speculative-*`` resolved (SpeculationArgsError when it cannot be served)."""
-        architectures = vocab.meta.architectures or [""]
-        settings = resolve_settings(args.ns, architectures[0])
+    def _speculator(args: EmulatorArgs, settings: SpecSettings | None) -> Speculator | None:
+        """The speculative bookkeeping for the resolved ``--speculative-*`` settings."""
         if settings is None:
             return None
         profile = parse_profile(args.emu_accept_length, args.emu_accept_probs, settings.num_steps)
@@ -301,7 +298,13 @@ class Emulator:
                 return early
         self.stats.requests += 1
         retractions = 0
-        if self.latency.is_zero and self.physics is None and fault != "hang":
+        if self.batcher is not None and fault != "hang":
+            self.inflight.add(item.rid)
+            try:
+                result = self._result(item, await self.batcher.submit(item), fault)
+            finally:
+                self.inflight.discard(item.rid)
+        elif self.latency.is_zero and self.physics is None and fault != "hang":
             result = self._run_now(item, fault)
         else:
             try:
@@ -326,8 +329,14 @@ class Emulator:
         return None
 
     def _run_now(self, item: Item, fault: FaultKind | None) -> Result:
-        model = self.models_by_max_new.get(item.sampling.max_new_tokens or 0, self.model)
-        result = run_item(item, model, self.vocab)
+        (generation,) = self.backend.generate([item])
+        return self._result(item, generation, fault)
+
+    def _result(self, item: Item, generation: Generation, fault: FaultKind | None) -> Result:
+        """SGLang's stop rules on the backend's ids (the abort fault cuts them short)."""
+        result = run_item(item, generation.ids, self.vocab)
+        result.counters = generation.counters
+        result.rows = generation.rows
         if fault == "abort":
             keep = self.faults.abort_keep(item.digest, len(result.output_ids))
             result = truncate(result, keep, self.vocab, item.sampling, ABORTED)
@@ -371,28 +380,40 @@ class Emulator:
         meta = meta_info(item, result.output_ids, result.finish_reason, cached)
         meta["num_retractions"] = retractions
         if item.top_logprobs is not None:
-            meta = self._with_logprobs(meta, item, result.output_ids)
+            meta = self._with_logprobs(meta, item, result.output_ids, result.rows)
         meta["e2e_latency"] = time.monotonic() - t0
         if self.speculator is not None:  # after e2e_latency, as tokenizer_manager.py adds them
-            seed = request_seed(item.digest, item.seed)
-            meta.update(self.speculator.simulate(n_out, seed, retractions))
+            if result.counters is not None:  # a real draft's own counts
+                meta.update(self.speculator.finish(result.counters))
+            else:  # the fake model: drawn from the acceptance profile
+                seed = request_seed(item.digest, item.seed)
+                meta.update(self.speculator.simulate(n_out, seed, retractions))
         meta["response_sent_to_client_ts"] = time.time()
         return {"text": result.text, "output_ids": result.output_ids, "meta_info": meta}
 
     def _with_logprobs(
-        self, meta: dict[str, Any], item: Item, output_ids: list[int]
+        self,
+        meta: dict[str, Any],
+        item: Item,
+        output_ids: list[int],
+        rows: list[Scored] | None = None,
     ) -> dict[str, Any]:
         """``meta`` with the logprob fields where SGLang puts them: after ``num_retractions``
-        (tokenizer_manager.py adds them before the token counts)."""
+        (tokenizer_manager.py adds them before the token counts). ``rows``: a real model's
+        own numbers; without them the fake model's."""
         assert item.top_logprobs is not None
         vocab = self.vocab
+        text = (lambda t: vocab.decode([t], False)) if item.logprob_text else None
+        if rows is not None:
+            fields = real_logprobs(output_ids, rows[: len(output_ids)], item.top_logprobs, text)
+            return with_logprob_fields(meta, fields)
         fields = fake_logprobs(
             output_ids,
             item.digest + item.seed.to_bytes(8, "little", signed=True),
             top_k=item.top_logprobs,
             vocab_size=self.limits.vocab_size,
             greedy=item.sampling.greedy,
-            text=(lambda t: vocab.decode([t], False)) if item.logprob_text else None,
+            text=text,
         )
         return with_logprob_fields(meta, fields)
 
@@ -445,6 +466,29 @@ class Emulator:
             raise
         finally:
             self.inflight.discard(item.rid)
+
+
+def _fake_backend(args: EmulatorArgs, vocab: Vocab) -> FakeBackend:
+    """The fake model (one per tier length with ``--emu-output-by-max-new``)."""
+    model = FakeModel(
+        vocab,
+        mean_output_tokens=args.emu_mean_output_tokens,
+        max_output_tokens=args.emu_max_output_tokens,
+        sigma=args.emu_output_sigma,
+        tool_call_rate=args.emu_tool_call_rate,
+    )
+    # --emu-output-by-max-new: one model per tier length, chosen by max_new_tokens.
+    by_max_new = {
+        max_new: FakeModel(
+            vocab,
+            mean_output_tokens=mean,
+            max_output_tokens=args.emu_max_output_tokens,
+            sigma=args.emu_output_sigma,
+            tool_call_rate=args.emu_tool_call_rate,
+        )
+        for max_new, mean in output_by_max_new(args.emu_output_by_max_new or "").items()
+    }
+    return FakeBackend(model, by_max_new)
 
 
 def resolve_model_path(path: str) -> Path:

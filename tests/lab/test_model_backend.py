@@ -16,8 +16,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from sglang_emulator.model_backend import ModelGenerator, Scorer, TransformersTarget  # noqa: E402
 from sglang_emulator.sampling import Sampling  # noqa: E402
+from sglang_emulator_transformers import (  # noqa: E402
+    ModelGenerator,
+    Scorer,
+    TransformersTarget,
+    generate_batch,
+)
 
 VOCAB = 97
 STEPS = 3
@@ -196,3 +201,32 @@ def test_an_underflowed_probability_is_clamped_as_sglang_sends_it() -> None:
     greedy = Scorer(GREEDY, 4)
     greedy.add(logits, [0])
     assert all(lowest < v for v, _ in greedy.rows[0][1])
+
+
+def test_a_padded_batch_gives_each_prompt_its_own_greedy_ids(target: TransformersTarget) -> None:
+    """Prompts of different lengths served together (left padding, one cache, rows leaving
+    it at their own limit or stop) give each prompt the ids it gets alone."""
+    limits = [40, 7, 25]
+    stop = greedy_reference(target, PROMPTS[1], 12)[11]
+    stops = [frozenset(), frozenset(), frozenset({stop})]
+    outs = generate_batch(
+        target, PROMPTS, [GREEDY] * 3, [0, 0, 0], limits, stops, [None, None, None]
+    )
+    for prompt, limit, out, st in zip(PROMPTS, limits, outs, stops, strict=True):
+        want = greedy_reference(target, prompt, limit)
+        cut = next((i + 1 for i, t in enumerate(want) if t in st), len(want))
+        assert out == want[:cut]
+    assert len(outs[0]) == 40 and len(outs[1]) == 7
+
+
+def test_a_batch_scores_each_row_as_alone(target: TransformersTarget) -> None:
+    """The logprob rows of a batched prompt equal those it gets served alone."""
+    alone = Scorer(GREEDY, 3)
+    ModelGenerator(target, None, STEPS).generate(PROMPTS[0], GREEDY, 0, 10, frozenset(), alone)
+    scorers = [Scorer(GREEDY, 3), Scorer(GREEDY, 3)]
+    generate_batch(
+        target, PROMPTS[:2], [GREEDY] * 2, [0, 0], [10, 10], [frozenset()] * 2, list(scorers)
+    )
+    for (lp, top), (lp2, top2) in zip(alone.rows, scorers[0].rows, strict=True):
+        assert lp == pytest.approx(lp2, abs=1e-4)
+        assert [t for _, t in top] == [t for _, t in top2]

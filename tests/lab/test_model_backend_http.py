@@ -176,3 +176,29 @@ def test_missing_draft_directory_is_a_one_line_error(models: tuple[Path, Path]) 
     assert proc.returncode == 1
     assert "--speculative-draft-model-path /nonexistent/draft: not a readable directory" in out
     assert "Traceback" not in out
+
+
+def test_requests_in_flight_are_served_together_with_their_own_ids(
+    models: tuple[Path, Path],
+) -> None:
+    """Several prompts sent at once (one padded batch in the backend) get the ids and the
+    finish each gets alone; /generate keeps answering while a batch runs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    target, _ = models
+    prompts = [PROMPT, PROMPT[:7], PROMPT[5:] + PROMPT[:3], [PROMPT[0]]]
+    bodies = [
+        {"input_ids": p, "sampling_params": {"temperature": 0, "max_new_tokens": 12 + 5 * i}}
+        for i, p in enumerate(prompts)
+    ]
+    proc, url = _start(target, "--max-running-requests", "4")
+    try:
+        alone = [_generate(url, b) for b in bodies]
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            together = list(pool.map(lambda b: _generate(url, b), bodies))
+    finally:
+        _stop(proc)
+    for a, t in zip(alone, together, strict=True):
+        assert t["output_ids"] == a["output_ids"]
+        assert t["meta_info"]["finish_reason"] == a["meta_info"]["finish_reason"]
+        assert t["meta_info"]["completion_tokens"] == len(t["output_ids"]) > 0

@@ -204,6 +204,17 @@ def test_nothing_under_src_imports_prefect(package):
             )
 
 
+def test_the_emulator_imports_no_torch():
+    """torch and speculators are no dependencies: only the transformers backend imports them,
+    a package outside the wheel that the emulator loads by name when asked for."""
+    for path in (ROOT / "src" / "sglang_emulator").rglob("*.py"):
+        for module, line in _imports(path):
+            top = module.split(".")[0]
+            assert top not in ("torch", "speculators", "sglang_emulator_transformers"), (
+                f"{path.relative_to(ROOT)}:{line} imports {module}"
+            )
+
+
 def test_the_library_knows_no_prefect_wording():
     """Prefect's state preambles and resource ids are parsed and built in flows/, not here."""
     for path in _library_files():

@@ -1,16 +1,20 @@
-"""A real model behind ``/generate``: a transformers causal LM (``--emu-model-backend
-transformers``, the checkpoint at ``--model-path``), optionally speculating with an EAGLE-3 draft
-(``--speculative-algorithm EAGLE3 --speculative-draft-model-path DIR``).
+"""The emulator's transformers backend: a real causal LM behind ``/generate``
+(``--emu-model-backend transformers``, the checkpoint at ``--model-path``), optionally
+speculating with an EAGLE-3 draft (``--speculative-algorithm EAGLE3
+--speculative-draft-model-path DIR``).
 
 Why: the CPU lab (trainers/lab.sh) runs the whole loop with real models, so a measured accept
 length means something. Output ids are the model's own: greedy when SGLang would be (top_k 1),
 else sampled from temperature/top-k/top-p with the request's seed. Speculation is chain
-verification (topk 1) by the lossless pure functions of ``speculation.py`` on torch-computed
-distributions; the per-request counters become SGLang's ``meta_info`` spec fields.
+verification (topk 1) by the lossless pure functions of ``sglang_emulator.speculation`` on
+torch-computed distributions; the per-request counters go back in ``Generation.counters``.
 
-torch (and, for a draft, speculators) are imported only here, and this module only when the
-flag is given: the emulator's other modes never need them. Generation runs in the event loop,
-so requests are served one at a time (the lab's runs use a concurrency of 2).
+A package of its own, outside the runtime wheel: it imports torch (and, for a draft,
+speculators), which are not the project's dependencies; the emulator imports it only when the
+flag is given (``sglang_emulator.backend.load_backend``). The requests in flight are served
+together: without a draft as one padded batch (left padding, one KV cache, finished rows
+dropped from it); with a draft one sequence after another within the batch (each its own
+cache, cropped to the accepted tokens).
 """
 
 from __future__ import annotations
@@ -22,14 +26,13 @@ from typing import Any, Protocol
 
 import torch
 
-from sglang_emulator import info
 from sglang_emulator.args import EmulatorArgs
-from sglang_emulator.logprobs import real_logprobs, with_logprob_fields
-from sglang_emulator.protocol import ABORTED, Item, Result, run_item, truncate
+from sglang_emulator.backend import BackendError, Generation
+from sglang_emulator.logprobs import Scored
+from sglang_emulator.protocol import Item
 from sglang_emulator.sampling import Sampling
-from sglang_emulator.server import Emulator, _json, log
+from sglang_emulator.speculating import SpecSettings
 from sglang_emulator.speculation import (
-    ServerAcceptance,
     SpecCounters,
     VerifyTally,
     sample,
@@ -37,6 +40,10 @@ from sglang_emulator.speculation import (
     verify_sampling,
 )
 from sglang_emulator.vocab import Vocab
+
+# The batch a server without --max-running-requests serves at once (CPU: past about 8 rows a
+# step costs as much more as it serves).
+DEFAULT_MAX_BATCH = 8
 
 
 def distribution(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
@@ -114,6 +121,7 @@ class Eagle3Chain:
         from speculators.models.eagle3 import Eagle3DraftModel
 
         self.rejection_sampling = rejection_sampling
+        self._memo: tuple[list[int], int, Any] | None = None  # (ids, positions, step-0 cache)
         self.model = Eagle3DraftModel.from_pretrained(str(path), dtype=torch.float32).eval()
         d2t = getattr(self.model, "d2t", None)
         n = self.model.lm_head.weight.shape[0]
@@ -140,7 +148,12 @@ class Eagle3Chain:
         return aux
 
     def _step(
-        self, hidden: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, cache: Any
+        self,
+        hidden: torch.Tensor,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        cache: Any,
+        mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass of the draft's layers (``Eagle3DraftModel.forward``'s loop body)."""
         m = self.model
@@ -149,12 +162,13 @@ class Eagle3Chain:
         for layer in m.layers:
             h = layer(
                 h,
-                attention_mask=None,
+                attention_mask=mask,
                 position_ids=positions,
                 past_key_values=cache,
                 position_embeddings=emb,
             )
-        logits = m.lm_head(m.norm(h)) if not m.config.norm_output else m.lm_head(h)
+        last = h[:, -1:]  # only the last position proposes: the head is vocab-wide
+        logits = m.lm_head(m.norm(last)) if not m.config.norm_output else m.lm_head(last)
         return h, logits
 
     def propose(
@@ -166,12 +180,27 @@ class Eagle3Chain:
 
         m = self.model
         n = aux.shape[0]
-        with torch.no_grad():
-            hidden = m.fc(self._features(aux.unsqueeze(0)))
-            tokens = torch.tensor([ids[1:]])
-            positions = torch.arange(1, n + 1).unsqueeze(0)
+        # Step 0 of an accepted position never changes (its target features and next token are
+        # fixed), so its keys stay in the draft's cache from the previous verify step of the
+        # same sequence; only the new positions run (the chain's own entries are cropped).
+        start, cache = 0, None
+        if self._memo is not None:
+            old_ids, old_n, old_cache = self._memo
+            if old_n <= n and ids[: old_n + 1] == old_ids:
+                start, cache = old_n, old_cache
+                cache.crop(start)
+        if cache is None:
             cache = DynamicCache()
-            h, logits = self._step(hidden, tokens, positions, cache)
+        with torch.no_grad():
+            hidden = m.fc(self._features(aux[start:].unsqueeze(0)))
+            tokens = torch.tensor([ids[start + 1 : n + 1]])
+            positions = torch.arange(start + 1, n + 1).unsqueeze(0)
+            mask = None
+            if start > 0 and n - start > 1:  # causal over the cached and the new positions
+                q = torch.arange(start, n).unsqueeze(1)
+                mask = (torch.arange(n).unsqueeze(0) <= q)[None, None]
+            h, logits = self._step(hidden, tokens, positions, cache, mask)
+            self._memo = (list(ids[: n + 1]), n, cache)
             drafts: list[int] = []
             dists: list[list[float]] = []
             for j in range(k):
@@ -195,9 +224,6 @@ class Eagle3Chain:
             return token, [1.0 if i == token else 0.0 for i in range(full.shape[0])]
         probs = distribution(full, s).tolist()
         return sample(probs, rng), probs
-
-
-Scored = tuple[float, list[tuple[float, int]]]  # (the token's logprob, top-K (logprob, id))
 
 
 class Scorer:
@@ -311,125 +337,167 @@ def _through_stop(out: list[int], limit: int, stops: frozenset[int], min_new: in
     return out[:limit]
 
 
-def _spec_settings(args: EmulatorArgs) -> tuple[Path | None, int, int]:
-    """(draft directory, draft steps, num_draft_tokens) from SGLang's own flags."""
-    ns = args.ns
-    algorithm = getattr(ns, "speculative_algorithm", None)
-    if not algorithm:
-        return None, 0, 0
-    if str(algorithm).upper() != "EAGLE3":
-        raise ValueError(f"--speculative-algorithm {algorithm}: the model backend runs EAGLE3")
-    path = getattr(ns, "speculative_draft_model_path", None)
-    if not path or not Path(path).is_dir():
-        raise ValueError(f"--speculative-draft-model-path {path!r} is not a directory")
-    topk = int(getattr(ns, "speculative_eagle_topk", None) or 1)
-    if topk != 1:
-        raise ValueError(f"--speculative-eagle-topk {topk}: the model backend verifies chains")
+def generate_batch(
+    target: TransformersTarget,
+    prompts: list[list[int]],
+    samplings: list[Sampling],
+    seeds: list[int],
+    limits: list[int],
+    stops: list[frozenset[int]],
+    scorers: list[Scorer | None],
+) -> list[list[int]]:
+    """Plain generation of several prompts at once: left-padded, one KV cache, each row with
+    its own sampling and seed; a finished row leaves the cache. Each output goes through its
+    stop id (kept) or its limit."""
+    from transformers import DynamicCache
+
+    rngs = [random.Random(seed) for seed in seeds]
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    outs: list[list[int]] = [[] for _ in prompts]
+    live = list(range(len(prompts)))  # the original index of each row still in the cache
+    with torch.no_grad():
+        logits = target.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        ).logits[:, -1]
+        next_pos = mask.sum(-1)
+        while True:
+            keep: list[int] = []
+            for row, b in enumerate(live):
+                s = samplings[b]
+                token = ModelGenerator._pick(logits[row], s, rngs[b])
+                outs[b].append(token)
+                scorer = scorers[b]
+                if scorer is not None:
+                    scorer.add(logits[row : row + 1], [token])
+                if not _done(outs[b], limits[b], stops[b], s.min_new_tokens):
+                    keep.append(row)
+            if not keep:
+                break
+            if len(keep) < len(live):
+                index = torch.tensor(keep)
+                cache.batch_select_indices(index)
+                mask, next_pos = mask[index], next_pos[index]
+                live = [live[row] for row in keep]
+            feed = torch.tensor([[outs[b][-1]] for b in live])
+            mask = torch.cat([mask, torch.ones(len(live), 1, dtype=mask.dtype)], dim=-1)
+            logits = target.model(
+                input_ids=feed,
+                attention_mask=mask,
+                position_ids=next_pos.unsqueeze(1),
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1]
+            next_pos = next_pos + 1
+    return outs
+
+
+class TransformersBackend:
+    """The emulator's ``Backend`` for a transformers causal LM (and an EAGLE-3 draft)."""
+
+    def __init__(
+        self, target: TransformersTarget, draft: Drafter | None, steps: int, max_batch: int
+    ) -> None:
+        self.target = target
+        self.generator = ModelGenerator(target, draft, steps)
+        self.max_batch = max_batch
+        self.eos_ids: frozenset[int] = frozenset()
+
+    def generate(self, items: list[Item]) -> list[Generation]:
+        scorers = [
+            Scorer(i.sampling, i.top_logprobs) if i.top_logprobs is not None else None
+            for i in items
+        ]
+        stops = [
+            frozenset() if i.sampling.ignore_eos else i.sampling.stop_token_ids | self.eos_ids
+            for i in items
+        ]
+        seeds = [0 if i.sampling.greedy else i.seed for i in items]
+        if self.generator.draft is None:
+            outs = generate_batch(
+                self.target,
+                [i.input_ids for i in items],
+                [i.sampling for i in items],
+                seeds,
+                [i.max_new for i in items],
+                stops,
+                scorers,
+            )
+            return [
+                Generation(
+                    _through_stop(o, i.max_new, st, i.sampling.min_new_tokens), None, _rows(sc, o)
+                )
+                for o, i, st, sc in zip(outs, items, stops, scorers, strict=True)
+            ]
+        answers = []
+        for item, seed, st, scorer in zip(items, seeds, stops, scorers, strict=True):
+            ids, counters = self.generator.generate(
+                item.input_ids, item.sampling, seed, item.max_new, st, scorer
+            )
+            answers.append(Generation(ids, counters, scorer.rows if scorer else None))
+        return answers
+
+
+def _rows(scorer: Scorer | None, out: list[int]) -> list[Scored] | None:
+    return None if scorer is None else scorer.rows[: len(out)]
+
+
+def _check_speculation(ns: Any, settings: SpecSettings) -> None:
+    """What this backend's verifier serves: EAGLE3 chains (topk 1), lossless thresholds."""
+    if settings.algorithm != "EAGLE3":
+        raise BackendError(
+            f"--speculative-algorithm {settings.algorithm}: the transformers backend runs EAGLE3"
+        )
+    if settings.eagle_topk != 1:
+        raise BackendError(
+            f"--speculative-eagle-topk {settings.eagle_topk}: the transformers backend "
+            "verifies chains (topk 1)"
+        )
     for flag in ("speculative_accept_threshold_single", "speculative_accept_threshold_acc"):
         value = getattr(ns, flag, None)
         if value is not None and float(value) != 1.0:
-            raise ValueError(
-                f"--{flag.replace('_', '-')} {value}: the model backend verifies losslessly only"
+            raise BackendError(
+                f"--{flag.replace('_', '-')} {value}: the transformers backend verifies "
+                "losslessly only"
             )
-    steps = int(getattr(ns, "speculative_num_steps", None) or 3)
-    num_draft = int(getattr(ns, "speculative_num_draft_tokens", None) or steps + 1)
-    if num_draft != steps + 1:
-        raise ValueError("with topk 1, --speculative-num-draft-tokens must be num-steps + 1")
-    return Path(path), steps, num_draft
 
 
-def _spec_info(args: EmulatorArgs, steps: int, num_draft_tokens: int) -> dict[str, Any]:
-    """The flat ``speculative_*`` fields of SGLang's ``/server_info`` (resolved values)."""
-    ns = args.ns
-    algorithm = getattr(ns, "speculative_algorithm", None)
-    return {
-        "speculative_algorithm": str(algorithm).upper() if algorithm else None,
-        "speculative_draft_model_path": getattr(ns, "speculative_draft_model_path", None),
-        "speculative_num_steps": steps or None,
-        "speculative_eagle_topk": 1 if algorithm else None,
-        "speculative_num_draft_tokens": num_draft_tokens or None,
-        "speculative_accept_threshold_single": 1.0,
-        "speculative_accept_threshold_acc": 1.0,
-        "speculative_use_rejection_sampling": bool(
-            getattr(ns, "speculative_use_rejection_sampling", False)
-        ),
-    }
+def _aux_layers(draft_path: Path | None, default: tuple[int, ...]) -> tuple[int, ...]:
+    """The target layers whose outputs the draft reads: its config's, if it names them (the
+    hidden-states index ``i`` of transformers' output is the input of layer ``i``)."""
+    if draft_path is None:
+        return default
+    import json
+
+    config = json.loads((draft_path / "config.json").read_text())
+    layers = config.get("eagle_aux_hidden_state_layer_ids") or config.get("target_layer_ids")
+    return tuple(int(x) for x in layers) if layers else default
 
 
-class _Shim:
-    """Hands precomputed ids to ``run_item``, which applies SGLang's stop rules and text."""
-
-    def __init__(self, ids: list[int]) -> None:
-        self.ids = ids
-
-    def generate(self, *_args: Any, **_kwargs: Any) -> list[int]:
-        return self.ids
-
-
-class ModelEmulator(Emulator):
-    """The emulator with ``/generate`` answered by a real model (and draft, if speculating)."""
-
-    def __init__(self, args: EmulatorArgs, vocab: Vocab) -> None:
-        super().__init__(args, vocab)
-        try:
-            draft_path, steps, self.num_draft_tokens = _spec_settings(args)
-            torch.manual_seed(0)
-            target = TransformersTarget(Path(args.model_path).expanduser())
-            reject = bool(getattr(args.ns, "speculative_use_rejection_sampling", False))
-            draft = Eagle3Chain(draft_path, target, reject) if draft_path is not None else None
-        except (ValueError, OSError) as e:  # a one-line reason, not a traceback
-            log(f"ERROR: --emu-model-backend: {e}", err=True)
-            raise SystemExit(1) from None
-        self.spec_info = _spec_info(args, steps, self.num_draft_tokens)
-        self.generator = ModelGenerator(target, draft, steps)
-        self.acceptance = ServerAcceptance()
-        self._spec: dict[str, SpecCounters] = {}
-        self._scored: dict[str, list[Scored]] = {}
-
-    def _run_now(self, item: Item, fault: Any) -> Result:
-        s = item.sampling
-        stops = frozenset() if s.ignore_eos else s.stop_token_ids | self.vocab.eos_ids
-        scorer = Scorer(s, item.top_logprobs) if item.top_logprobs is not None else None
-        ids, counters = self.generator.generate(
-            item.input_ids, s, item.seed, item.max_new, stops, scorer
+def load(args: EmulatorArgs, settings: SpecSettings | None, vocab: Vocab) -> TransformersBackend:
+    """The backend for ``--model-path`` (and the draft of ``settings``), or a BackendError."""
+    try:
+        draft_path = None
+        if settings is not None:
+            _check_speculation(args.ns, settings)
+            draft_path = Path(settings.draft_model_path).expanduser()
+        torch.manual_seed(0)
+        target = TransformersTarget(
+            Path(args.model_path).expanduser(), _aux_layers(draft_path, (1, 2, 3))
         )
-        if scorer is not None:
-            self._scored[item.rid] = scorer.rows
-        if counters is not None:
-            self._spec[item.rid] = counters
-            self.acceptance.record(counters)
-        result = run_item(item, _Shim(ids), self.vocab)  # type: ignore[arg-type]
-        if fault == "abort":  # --emu-fault-abort-rate, as the fake model's path does
-            keep = self.faults.abort_keep(item.digest, len(result.output_ids))
-            result = truncate(result, keep, self.vocab, item.sampling, ABORTED)
-        return result
-
-    def _finish(
-        self, item: Item, result: Result, t0: float, retractions: int = 0
-    ) -> dict[str, Any]:
-        response = super()._finish(item, result, t0, retractions)
-        counters = self._spec.pop(item.rid, None)
-        if counters is not None:
-            response["meta_info"].update(counters.meta_info(self.num_draft_tokens))
-        return response
-
-    def _with_logprobs(
-        self, meta: dict[str, Any], item: Item, output_ids: list[int]
-    ) -> dict[str, Any]:
-        """The target's own logprobs (not the fake model's) where SGLang puts them."""
-        rows = self._scored.pop(item.rid, None)
-        if rows is None:  # pragma: no cover - every item with top_logprobs was scored
-            return super()._with_logprobs(meta, item, output_ids)
-        text = (lambda t: self.vocab.decode([t], False)) if item.logprob_text else None
-        fields = real_logprobs(output_ids, rows[: len(output_ids)], item.top_logprobs or 0, text)
-        return with_logprob_fields(meta, fields)
-
-    async def server_info(self, request: Any) -> Any:
-        payload = info.server_info(self)
-        for key, value in self.spec_info.items():
-            payload.setdefault(key, value)
-        average = self.acceptance.average()
-        if average is not None:
-            for state in payload.get("internal_states") or []:
-                state["avg_spec_accept_length"] = average
-        return _json(payload)
+        reject = bool(getattr(args.ns, "speculative_use_rejection_sampling", False))
+        draft = Eagle3Chain(draft_path, target, reject) if draft_path is not None else None
+    except (ValueError, OSError) as e:  # a one-line reason, not a traceback
+        raise BackendError(f"--emu-model-backend transformers: {e}") from None
+    steps = settings.num_steps if settings is not None else 0
+    batch = args.max_running_requests or DEFAULT_MAX_BATCH
+    backend = TransformersBackend(target, draft, steps, batch)
+    backend.eos_ids = frozenset(vocab.eos_ids)
+    return backend

