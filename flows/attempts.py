@@ -4,23 +4,27 @@ A Retry from the dashboard runs the same flow run again (``run_count`` counts th
 Prefect keeps every attempt's subflows, logs and artifacts under the one run. This attempt
 says its number where its log lines start (the Logs tab shows every attempt's lines in one
 stream, oldest first, and cannot be opened on the latest), and reuses each partition an
-earlier attempt completed: its data is on disk, so it gets no new subflow at all.
+earlier attempt completed: its data is on disk, so it gets no new subflow at all. The
+attempt's first lines also say where it runs, and its partitions become the run's tags.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 from prefect import get_run_logger
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 from prefect.client.schemas.objects import FlowRun
+from prefect.context import get_run_context
 
 from eagle3_datagen.report.outcome import RunOutcome
-from eagle3_datagen.report.progress import Progress
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import attempt_line, reused_line
-from eagle3_datagen.write.manifest import summarize_on_disk
+from eagle3_datagen.sglang.health import LogSink
+from eagle3_datagen.write.resume import still_on_disk
 
 PARTITION_TAG = "partition:"
 TIER_TAG = "tier:"
@@ -57,23 +61,6 @@ async def completed_earlier(flow_run: FlowRun) -> dict[str, FlowRun]:
     return done
 
 
-def still_on_disk(output_dir: str, name: str, size: int | None) -> dict[str, Any] | None:
-    """The partition's totals when the output directory still holds all its lines (nothing
-    deleted since by an --overwrite), else None: then it runs again."""
-    summary = summarize_on_disk(output_dir, name)
-    lines = int(summary.get("input_lines", 0))
-    return summary if lines and (size is None or lines >= size) else None
-
-
-def count_as_done(meter: RunMeter, name: str, lines: int) -> None:
-    """A reused partition in the run's meter: all its lines done, none by this attempt, so the
-    progress table reads 100% for it and the run's percent counts it."""
-    progress = Progress(total_lines=meter.sizes.get(name) or lines)
-    progress.batch_skipped(lines)
-    progress.finish()
-    meter.track(name, progress)
-
-
 async def reuse_completed(
     output_dir: str, names: list[str], flow_run: FlowRun, meter: RunMeter, outcome: RunOutcome
 ) -> list[str]:
@@ -90,6 +77,23 @@ async def reuse_completed(
         on_disk = still_on_disk(output_dir, name, meter.sizes.get(name))
         if name in names and on_disk is not None:
             logger.info(reused_line(name, on_disk, sub.name))
-            count_as_done(meter, name, int(on_disk["input_lines"]))
+            meter.reused(name, int(on_disk["input_lines"]))
             outcome.partition_reused(name, on_disk)
     return [name for name in names if name not in outcome.reused]
+
+
+async def this_run(names: list[str], logger: LogSink) -> FlowRun:
+    """The flow run, tagged with its partitions (the Runs page filters parents by them too)."""
+    flow_run = get_run_context().flow_run  # type: ignore[union-attr]
+    assert flow_run is not None
+    worker = os.environ.get("PREFECT__WORKER_NAME", "none")
+    log_attempt(flow_run, logger)
+    logger.info(f"running on host {socket.gethostname()}, pid {os.getpid()}, worker {worker}")
+    wanted = sorted({*(flow_run.tags or []), *(f"{PARTITION_TAG}{name}" for name in names)})
+    if wanted != sorted(flow_run.tags or []):
+        try:
+            async with get_client() as client:
+                await client.update_flow_run(flow_run.id, tags=wanted)
+        except Exception as err:  # a tag is a convenience, never a reason to fail
+            logger.warning(f"partition tags not set: {err}")
+    return flow_run

@@ -12,7 +12,6 @@ written into the same output directory are superseded: another run's elsewhere s
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 from uuid import UUID
 
@@ -21,21 +20,21 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import ArtifactUpdate
 from prefect.client.schemas.filters import (
     ArtifactFilter,
-    ArtifactFilterFlowRunId,
     ArtifactFilterKey,
     FlowRunFilter,
     FlowRunFilterId,
+    FlowRunFilterParentFlowRunId,
 )
 from prefect.client.schemas.objects import Artifact
 from prefect.settings import PREFECT_UI_URL
 from prefect.states import State
 
+from eagle3_datagen.errors import PartitionFailed
+from eagle3_datagen.report.supersede import FailedTable, supersede
 from eagle3_datagen.report.ui import (
     FAILED_BATCHES_PREFIX,
-    SUPERSEDED,
     run_failed_batch_row,
     run_failed_batches_description,
-    superseded_description,
 )
 from eagle3_datagen_flows.prefect_text import artifact_key, artifact_link
 
@@ -43,85 +42,99 @@ from eagle3_datagen_flows.prefect_text import artifact_key, artifact_link
 RUN_FAILED_BATCHES_KEY = FAILED_BATCHES_PREFIX
 
 
-def _rows(artifact: Artifact) -> list[dict[str, Any]]:
+def _has_rows(artifact: Artifact) -> bool:
     data = artifact.data
     try:
         rows = json.loads(data) if isinstance(data, str) else data
     except ValueError:
-        return []
-    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+        return False
+    return isinstance(rows, list) and any(isinstance(r, dict) for r in rows)
 
 
 async def failed_batch_tables(
     states: dict[str, State[Any]],
 ) -> tuple[dict[str, tuple[int, str]], list[dict[str, Any]]]:
-    """Per failed partition: (failed batches, link to its table); and every row of those
-    tables with its partition and link first, for the parent's own table."""
+    """Per failed partition: (failed batches, link to its table); and every failed batch with
+    its partition (linked to its table) first, for the parent's own table. The rows are what
+    each failed subflow returned with its error (``PartitionFailed``), not read back."""
     links: dict[str, tuple[int, str]] = {}
     rows: list[dict[str, Any]] = []
     ui_url = PREFECT_UI_URL.value()
-    async with get_client() as client:
-        for name, state in states.items():
-            sub_id = state.state_details.flow_run_id
-            if state.is_completed() or sub_id is None:
-                continue
-            found = await client.read_artifacts(
-                artifact_filter=ArtifactFilter(
-                    key=ArtifactFilterKey(any_=[artifact_key(FAILED_BATCHES_PREFIX, name)]),
-                    flow_run_id=ArtifactFilterFlowRunId(any_=[sub_id]),
-                ),
-                limit=1,
-            )
-            if found:
-                table = _rows(found[0])
-                link = artifact_link(ui_url, str(found[0].id))
-                links[name] = (len(table), link)
-                rows += [run_failed_batch_row(f"[{name}]({link})", row) for row in table]
+    for name, state in states.items():
+        if state.is_completed():
+            continue
+        try:
+            err = await state.aresult(raise_on_failure=False)
+        except Exception:  # a state without its error (a crash): no rows to list
+            continue
+        if not isinstance(err, PartitionFailed) or not err.rows:
+            continue
+        link = artifact_link(ui_url, str(err.table_id)) if err.table_id else ""
+        links[name] = (len(err.rows), link)
+        shown = f"[{name}]({link})" if link else name
+        rows += [run_failed_batch_row(shown, row) for row in err.rows]
     return links, rows
 
 
-async def _output_dirs(client: Any, run_ids: set[UUID]) -> dict[UUID, str | None]:
+async def _runs(client: Any, run_ids: set[UUID]) -> dict[UUID, Any]:
     runs = await client.read_flow_runs(
         flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=list(run_ids)))
     )
-    dirs: dict[UUID, str | None] = {}
-    for run in runs:
-        config = (run.parameters or {}).get("config")
-        where = config.get("output_dir") if isinstance(config, dict) else None
-        dirs[run.id] = _same_path(where) if where else None
-    return dirs
+    return {run.id: run for run in runs}
 
 
-def _same_path(path: str) -> str:
-    return os.path.abspath(os.path.expanduser(path))
+def _output_dir(run: Any) -> str | None:
+    config = (run.parameters or {}).get("config") if run is not None else None
+    where = config.get("output_dir") if isinstance(config, dict) else None
+    return where if isinstance(where, str) else None
 
 
-async def supersede(key: str, output_dir: str, covered: set[str], by: str) -> None:
-    """Mark the failed versions of ``key`` made for ``output_dir`` whose partitions are all in
-    ``covered`` (a row without a partition is the key's own) as superseded by ``by``; when the
-    key's latest version is one of them, add a new empty version that says so."""
+async def _failed_partitions(client: Any, run_ids: set[UUID]) -> dict[UUID, frozenset[str]]:
+    """Per parent run, the partitions whose subflows failed: those its table listed (a
+    failed-batches table is written by a partition that failed)."""
+    failed: dict[UUID, frozenset[str]] = {}
+    for run_id in run_ids:
+        subs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run_id])
+            )
+        )
+        failed[run_id] = frozenset(
+            str((sub.parameters or {}).get("partition"))
+            for sub in subs
+            if sub.state is not None and sub.state.is_failed()
+        )
+    return failed
+
+
+async def _supersede(key: str, output_dir: str, covered: set[str], by: str) -> None:
+    """Mark the failed versions of ``key`` that this run's success supersedes
+    (``report/supersede.py`` decides which)."""
     async with get_client() as client:
         versions = await client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
         )
-        failed = [a for a in versions if _rows(a) and a.flow_run_id is not None]
+        failed = [a for a in versions if _has_rows(a) and a.flow_run_id is not None]
         if not failed:
             return
-        dirs = await _output_dirs(client, {a.flow_run_id for a in failed if a.flow_run_id})
-        marked: set[UUID] = set()
-        for artifact in failed:
-            parts = {str(r.get("partition", "")).split("]")[0].lstrip("[") for r in _rows(artifact)}
-            mine = dirs.get(artifact.flow_run_id) == _same_path(output_dir)  # type: ignore[arg-type]
-            if not mine or not parts <= covered | {""}:
-                continue
-            marked.add(artifact.id)
-            text = artifact.description or ""
-            if not text.startswith(SUPERSEDED):
-                note = superseded_description(by, text)
-                await client.update_artifact(artifact.id, ArtifactUpdate(description=note))
-    latest = max(versions, key=lambda a: str(a.created or ""))
-    if latest.id in marked:
-        await acreate_table_artifact([], key=key, description=superseded_description(by, ""))
+        run_ids = {a.flow_run_id for a in failed if a.flow_run_id}
+        runs = await _runs(client, run_ids)
+        lists = await _failed_partitions(client, run_ids) if key == RUN_FAILED_BATCHES_KEY else {}
+        tables = [
+            FailedTable(
+                id=a.id,
+                output_dir=_output_dir(runs.get(a.flow_run_id)),  # type: ignore[arg-type]
+                description=a.description or "",
+                partitions=lists.get(a.flow_run_id, frozenset()),  # type: ignore[arg-type]
+            )
+            for a in failed
+        ]
+        latest = max(versions, key=lambda a: str(a.created or "")).id
+        decided = supersede(tables, latest, output_dir, covered, by)
+        for artifact_id, description in decided.descriptions.items():
+            await client.update_artifact(artifact_id, ArtifactUpdate(description=description))
+    if decided.new_version is not None:
+        await acreate_table_artifact([], key=key, description=decided.new_version)
 
 
 async def publish_run_failures(
@@ -134,9 +147,9 @@ async def publish_run_failures(
             rows, key=RUN_FAILED_BATCHES_KEY, description=run_failed_batches_description(rows)
         )
     else:
-        await supersede(RUN_FAILED_BATCHES_KEY, output_dir, completed, by)
+        await _supersede(RUN_FAILED_BATCHES_KEY, output_dir, completed, by)
 
 
 async def supersede_partition(partition: str, output_dir: str, by: str) -> None:
     """A partition whose batches all committed: its earlier failed-batches tables say so."""
-    await supersede(artifact_key(FAILED_BATCHES_PREFIX, partition), output_dir, {partition}, by)
+    await _supersede(artifact_key(FAILED_BATCHES_PREFIX, partition), output_dir, {partition}, by)

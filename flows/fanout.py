@@ -22,13 +22,18 @@ from eagle3_datagen.errors import FanOutFailed
 from eagle3_datagen.report.dataset_card import refresh_dataset_card
 from eagle3_datagen.report.ui import fanout_failure_message
 from eagle3_datagen.write.manifest import settle_manifest
+from eagle3_datagen_flows import expected_failures
 from eagle3_datagen_flows.pipeline import fanout_run_name
-from eagle3_datagen_flows.stopping import cancelled
+from eagle3_datagen_flows.stopping import cancelled, keep_own_message
 
 PARTITION_DEPLOYMENT = "eagle3-datagen/partition-job"
 
 
-@flow(name="eagle3-datagen-fanout", flow_run_name=fanout_run_name)
+@flow(
+    name="eagle3-datagen-fanout",
+    flow_run_name=fanout_run_name,
+    on_cancellation=[keep_own_message],
+)
 async def datagen_fanout(
     config: PipelineConfig,
     partitions: list[str] | None = None,
@@ -44,6 +49,7 @@ async def datagen_fanout(
         deployment: The deployment of the ``eagle3-datagen`` flow that runs one partition.
         overwrite: Passed to each job (delete data made with other settings).
     """
+    expected_failures.install()  # a failed job: one ERROR line, no traceback
     logger = get_run_logger()
     names = [p.name for p in config.select(partitions)]
     parent = get_run_context().flow_run  # type: ignore[union-attr]

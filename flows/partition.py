@@ -43,11 +43,8 @@ from eagle3_datagen_flows import expected_failures
 from eagle3_datagen_flows.failed_batches import supersede_partition
 from eagle3_datagen_flows.prefect_text import artifact_key
 from eagle3_datagen_flows.secrets import api_key_for
-from eagle3_datagen_flows.stopping import cancel_crashed, cancel_on_sigterm, cancelled
+from eagle3_datagen_flows.stopping import cancel_left_behind, cancelled, flow_body
 from eagle3_datagen_tasks.batch import generate_batch
-
-# A batch out of retries logs one ERROR line, not its traceback (expected_failures.py).
-expected_failures.install()
 
 PROGRESS_EVERY_S = 10.0
 # How long the last word waits for an update already on its way (a Prefect API that is away
@@ -80,25 +77,15 @@ async def _report_progress(
             logger.warning(f"{partition}: progress artifact not updated: {err}")
 
 
-async def _publish_failed_batches(
-    partition: str,
-    batches: list[BatchSpec],
-    results: list[Any],
-    progress: Progress,
-) -> None:
-    """The partition's failed-batches table: batch, first and last line, cause, attempts."""
-    rows = [
+def _failed_rows(batches: list[BatchSpec], results: list[Any], progress: Progress) -> list[Any]:
+    """The partition's failed batches: batch, first and last line, cause, attempts."""
+    return [
         failed_batch_row(
             spec.label, spec.first_line, spec.count, result, progress.attempts.get(spec.index, 1)
         )
         for spec, result in zip(batches, results, strict=True)
         if isinstance(result, BaseException)
     ]
-    await acreate_table_artifact(
-        rows,
-        key=artifact_key(FAILED_BATCHES_PREFIX, partition),
-        description=failed_batches_description(partition, rows, len(batches)),
-    )
 
 
 async def _plan(config: PipelineConfig, partition: str, logger: Any) -> PartitionPlan:
@@ -206,19 +193,25 @@ async def generate_partition(
     partition run on its own) the config's limits apply and no supervisor watches the server.
     Stopped (Ctrl-C, Cancel), it ends Cancelled once its batches in flight have.
     """
-    async with cancel_on_sigterm():
+    expected_failures.install()  # a batch out of retries: one ERROR line, no traceback
+    async with flow_body() as stop:
         job = PartitionJob(
             config, partition, server_url, context_length, max_req_input_len, parquet_metadata, run
         )
         try:
             return await _generate(job)
-        except asyncio.CancelledError:
+        except BaseException as err:
+            # A stop that reached a batch as an error (its requests aborted) is a stop too.
+            if not isinstance(err, asyncio.CancelledError) and not stop.requested:
+                raise
             message = f"{partition}: the run was stopped before this partition finished"
             state = cancelled(message)
             with contextlib.suppress(Exception):  # a state's wording never fails the stop
-                await cancel_crashed(
+                await cancel_left_behind(
                     prefect.runtime.flow_run.id,
-                    f"{partition}: the run was stopped as this batch started; a rerun generates it",
+                    f"{partition}: the run was stopped before this batch finished; a rerun "
+                    "generates it",
+                    stop.at,
                 )
             return state  # type: ignore[return-value]
 
@@ -247,11 +240,19 @@ async def _generate(job: PartitionJob) -> dict[str, Any]:
     logger.info(f"{partition}: {progress.line()}")
     failures = [r for r in results if isinstance(r, BaseException)]
     if failures:
+        rows = _failed_rows(plan.batches, results, progress)
+        table_id = None
         try:
-            await _publish_failed_batches(partition, plan.batches, results, progress)
+            table_id = await acreate_table_artifact(
+                rows,
+                key=artifact_key(FAILED_BATCHES_PREFIX, partition),
+                description=failed_batches_description(partition, rows, len(plan.batches)),
+            )
         except Exception as err:  # the table is a convenience; the state message says it all
             logger.warning(f"{partition}: failed-batches artifact not written: {err}")
-        raise PartitionFailed(partition_failure_message(partition, failures, len(plan.batches)))
+        # The rows go to the parent with the error: its own table lists every partition's.
+        message = partition_failure_message(partition, failures, len(plan.batches))
+        raise PartitionFailed(message, rows=rows, table_id=table_id)
     drop_superseded(runner.output)  # every batch is committed: nothing left to reuse
     try:  # an earlier run's failed-batches table of this partition is now out of date
         by = f"{prefect.runtime.flow_run.name} (flow run {prefect.runtime.flow_run.id})"

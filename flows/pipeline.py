@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun
-from prefect.context import TagsContext, get_run_context
+from prefect.context import TagsContext
 from prefect.flows import Flow
 from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_run
@@ -31,6 +28,7 @@ from eagle3_datagen.errors import OutputWriteError
 from eagle3_datagen.generate.context import RunContext
 from eagle3_datagen.precheck import RunCheck, check_before_server
 from eagle3_datagen.provenance import build_fingerprint, parquet_metadata
+from eagle3_datagen.report.dataset_card import WrittenDataset, write_manifest_and_card
 from eagle3_datagen.report.outcome import RunOutcome
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import keeps_name, run_name
@@ -38,22 +36,29 @@ from eagle3_datagen.sglang.health import LogSink
 from eagle3_datagen.sglang.orphans import kill_recorded
 from eagle3_datagen.sglang.process import server_state_dir
 from eagle3_datagen.sglang.session import ServerSession, open_server
+from eagle3_datagen.stop import RunStop
 from eagle3_datagen.write.guard import guard_output
 from eagle3_datagen.write.lock import PartitionLocks
 from eagle3_datagen.write.manifest import update_manifest
+from eagle3_datagen_flows import expected_failures
 from eagle3_datagen_flows.attempts import (
     PARTITION_TAG,
     TIER_TAG,
-    log_attempt,
     reuse_completed,
     shared_tags,
+    this_run,
 )
 from eagle3_datagen_flows.auto_concurrency import emit_limit_changes, publish_limit_changes
 from eagle3_datagen_flows.partition import generate_partition
 from eagle3_datagen_flows.prefect_text import failure_reason
 from eagle3_datagen_flows.run_report import RunReport
 from eagle3_datagen_flows.secrets import api_key_for
-from eagle3_datagen_flows.stopping import cancel_crashed, cancel_on_sigterm, stopped_run
+from eagle3_datagen_flows.stopping import (
+    cancel_left_behind,
+    flow_body,
+    keep_own_message,
+    stopped_run,
+)
 
 
 def _stop_server_hook(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]) -> None:
@@ -122,88 +127,79 @@ async def _run_partitions(
     session: _Session,
     outcome: RunOutcome,
     flow_run: FlowRun,
+    stop: RunStop,
+    ended: Callable[[], None],
 ) -> dict[str, State[Any]]:
-    """Every partition's subflow, side by side on the run's server; records each end. A
-    retried run's partitions that an earlier attempt completed are reused, not run again."""
+    """Every partition's subflow, side by side on the run's server; each one's end is recorded
+    as it ends (the live progress table shows it then, not when the last partition ends) and
+    ``ended`` told. A retried run's partitions that an earlier attempt completed are reused,
+    not run again."""
     srv = session.srv
     meter = session.run.meter
     to_run = await reuse_completed(config.output_dir, names, flow_run, meter, outcome)
     outcome.started()
-    running = {
-        name: asyncio.ensure_future(
-            _partition(
-                name,
-                config.partition(name).tier,
-                flow_run.tags or [],
-                config=config,
-                server_url=srv.url,
-                context_length=srv.facts.context_length,
-                max_req_input_len=srv.facts.max_req_input_len,
-                parquet_metadata=parquet_metadata(session.fingerprint),
-                run=session.run,
-            )
+
+    async def one(name: str) -> State[Any]:
+        state = await _partition(
+            name,
+            config.partition(name).tier,
+            flow_run.tags or [],
+            config=config,
+            server_url=srv.url,
+            context_length=srv.facts.context_length,
+            max_req_input_len=srv.facts.max_req_input_len,
+            parquet_metadata=parquet_metadata(session.fingerprint),
+            run=session.run,
         )
-        for name in to_run
-    }
+        await _record_end(name, state, outcome)
+        ended()
+        return state
+
+    running = {name: asyncio.ensure_future(one(name)) for name in to_run}
     try:
         final = await asyncio.gather(*running.values())
     except asyncio.CancelledError:
-        await _keep_completed(running, outcome)
         with contextlib.suppress(Exception):  # a state's wording never fails the stop
-            await cancel_crashed(flow_run.id, "the run was stopped as this partition started")
+            await cancel_left_behind(
+                flow_run.id, "the run was stopped before this partition finished", stop.at
+            )
         raise
     with contextlib.suppress(Exception):  # a report never fails the run
         await publish_limit_changes(srv.controller)
     # A fault no retry can fix stopped every partition: that is the run's one reason.
     outcome.stopped_by(srv.supervisor.error() if srv.supervisor.failed else None)
-    states = dict(zip(to_run, final, strict=True))
-    for name, state in states.items():
-        if state.is_completed():
-            outcome.partition_completed(name, await state.aresult())
-        else:
-            reason = failure_reason(state.message, state.type.value)
-            outcome.partition_failed(name, state.type.value, reason, state.message)
-    return states
+    return dict(zip(to_run, final, strict=True))
 
 
-async def _keep_completed(running: dict[str, Any], outcome: RunOutcome) -> None:
-    """A stopped run's partitions that had completed stay completed in every report."""
-    for name, task in running.items():
-        if task.done() and not task.cancelled() and task.exception() is None:
-            state = task.result()
-            if state.is_completed():
-                outcome.partition_completed(name, await state.aresult())
+async def _record_end(name: str, state: State[Any], outcome: RunOutcome) -> None:
+    """A partition's subflow ended: completed (its summary), or failed or cancelled (why)."""
+    if state.is_completed():
+        outcome.partition_completed(name, await state.aresult())
+    elif state.is_cancelled():
+        outcome.partition_cancelled(name, state.message)
+    else:
+        reason = failure_reason(state.message, state.type.value)
+        outcome.partition_failed(name, state.type.value, reason, state.message)
 
 
 def _write_manifest(
     config: PipelineConfig, fingerprint: dict[str, Any], outcome: RunOutcome, logger: LogSink
-) -> dict[str, Any]:
-    """The manifest with this run's partitions; {} when it could not be written and that is
-    only a consequence of the run's own reason (the outcome decides)."""
+) -> WrittenDataset:
+    """The manifest with this run's partitions, and the dataset card from it; an empty
+    manifest when it could not be written and that is only a consequence of the run's own
+    reason (the outcome decides)."""
     try:
-        return update_manifest(config.output_dir, fingerprint, outcome.results)
+        written = write_manifest_and_card(
+            config.output_dir, fingerprint, outcome.results, config.serving_profile
+        )
     except (OSError, OutputWriteError) as err:
         if not outcome.manifest_failure_is_consequence():
             raise
         logger.warning(f"manifest not updated: {err}")
-        return {}
-
-
-async def _this_run(names: list[str], logger: LogSink) -> FlowRun:
-    """The flow run, tagged with its partitions (the Runs page filters parents by them too)."""
-    flow_run = get_run_context().flow_run  # type: ignore[union-attr]
-    assert flow_run is not None
-    worker = os.environ.get("PREFECT__WORKER_NAME", "none")
-    log_attempt(flow_run, logger)
-    logger.info(f"running on host {socket.gethostname()}, pid {os.getpid()}, worker {worker}")
-    wanted = sorted({*(flow_run.tags or []), *(f"{PARTITION_TAG}{name}" for name in names)})
-    if wanted != sorted(flow_run.tags or []):
-        try:
-            async with get_client() as client:
-                await client.update_flow_run(flow_run.id, tags=wanted)
-        except Exception as err:  # a tag is a convenience, never a reason to fail
-            logger.warning(f"partition tags not set: {err}")
-    return flow_run
+        return WrittenDataset({})
+    if written.card_error is not None:
+        logger.warning(f"dataset card not written: {written.card_error}")
+    return written
 
 
 def _locks(config: PipelineConfig, names: list[str], flow_run: FlowRun) -> PartitionLocks:
@@ -237,7 +233,7 @@ def fanout_run_name() -> str:
 @flow(
     name="eagle3-datagen",
     flow_run_name=_run_name,
-    on_cancellation=[_stop_server_hook],
+    on_cancellation=[_stop_server_hook, keep_own_message],
     on_crashed=[_stop_server_hook],
 )
 async def datagen(
@@ -256,13 +252,13 @@ async def datagen(
         overwrite: Delete data in the output directory made with other settings.
         config: The pipeline configuration (same schema as the YAML files in configs/).
     """
+    expected_failures.install()  # an expected failure: one ERROR line, no traceback
     logger = get_run_logger()
     names = [p.name for p in config.select(partitions)]  # unknown names fail here
-    flow_run = await _this_run(names, logger)
+    flow_run = await this_run(names, logger)
     meter = RunMeter()
     outcome = RunOutcome(names)
     report = RunReport(flow_run, outcome, meter)
-    started = datetime.now(UTC)
     locks = _locks(config, names, flow_run)
     stopped: State[Any] | None = None
     try:
@@ -273,25 +269,27 @@ async def datagen(
             logger.warning(note)
         await report.open()
         async with (
-            cancel_on_sigterm(),
+            flow_body() as stop,
             _session(
                 config, names, check, meter, flow_run, server_url, overwrite, logger
             ) as session,
             report.watching(config.throughput),
         ):
             emit_limit_changes(session.srv.controller, flow_run)
-            states = await _run_partitions(config, names, session, outcome, flow_run)
-        manifest = _write_manifest(config, session.fingerprint, outcome, logger)
-        await report.publish_data(config, manifest, states)
+            states = await _run_partitions(
+                config, names, session, outcome, flow_run, stop, report.refresh_progress
+            )
+        written = _write_manifest(config, session.fingerprint, outcome, logger)
+        await report.publish_data(config.output_dir, written, states)
     except BaseException as err:
         stopped = stopped_run(err, outcome)  # Cancelled (not Crashed) when someone stopped it
     finally:
         await report.summary(config.output_dir)
         locks.release()
-        await report.record_history(config.output_dir, started)
+        await report.record_history(config.output_dir)
     if stopped is not None:
         return stopped  # type: ignore[return-value]
     failure = outcome.failure()
     if failure is not None:
         raise failure
-    return manifest
+    return written.manifest

@@ -33,14 +33,10 @@ from prefect.events import emit_event
 from prefect.runtime import deployment as current_deployment
 from prefect.states import State
 
-from eagle3_datagen.config import PipelineConfig, ThroughputAlarm
+from eagle3_datagen.config import ThroughputAlarm
 from eagle3_datagen.report.coverage import COVERAGE_KEY, coverage_line, coverage_markdown
 from eagle3_datagen.report.data_picture import picture_description, picture_markdown
-from eagle3_datagen.report.dataset_card import (
-    card_coverage,
-    from_emulator,
-    refresh_dataset_card,
-)
+from eagle3_datagen.report.dataset_card import WrittenDataset, from_emulator
 from eagle3_datagen.report.history import (
     append_history,
     history_entry,
@@ -49,11 +45,11 @@ from eagle3_datagen.report.history import (
     ui_history_rows,
 )
 from eagle3_datagen.report.outcome import RunOutcome
-from eagle3_datagen.report.probe import Baseline, ThroughputProbe
+from eagle3_datagen.report.probe import Baseline
 from eagle3_datagen.report.throughput import (
     RunMeter,
     ThroughputChange,
-    ThroughputWatch,
+    ThroughputMonitor,
     sample_interval,
 )
 from eagle3_datagen.report.ui import (
@@ -99,31 +95,22 @@ async def _announce(change: ThroughputChange, flow_run: FlowRun, logger: Any) ->
 async def _watch_throughput(
     alarm: ThroughputAlarm, meter: RunMeter, flow_run: FlowRun, probed: list[Baseline]
 ) -> None:
-    """Sample the run's output tokens until cancelled; announce each ok/low transition.
-
-    Without an expected rate, the run's own rate after the warm-up becomes the baseline
-    (logged, appended to ``probed`` for the summary)."""
-    start = time.monotonic()
-    watch = ThroughputWatch.from_config(alarm, start)
-    probe = ThroughputProbe.from_config(alarm, start)
-    if watch is None and probe is None:
+    """Sample the run's output tokens until cancelled; tell what the monitor says happened: a
+    measured baseline (logged, appended to ``probed`` for the summary), an ok/low transition
+    (announced)."""
+    monitor = ThroughputMonitor.from_config(alarm, time.monotonic())
+    if monitor is None:
         return
     logger = get_run_logger()
     while True:
         await asyncio.sleep(sample_interval(alarm.window_s))
-        now = time.monotonic()
-        if watch is None:
-            assert probe is not None
-            baseline = probe.observe(now, meter.total_tokens())
-            if baseline is not None:
-                logger.info(baseline.summary())
-                probed.append(baseline)
-                watch = probe.watch(alarm, now)
-            continue
-        change = watch.observe(now, meter.total_tokens())
-        if change is not None:
+        happened = monitor.observe(time.monotonic(), meter.total_tokens())
+        if isinstance(happened, Baseline):
+            logger.info(happened.summary())
+            probed.append(happened)
+        elif happened is not None:
             try:
-                await _announce(change, flow_run, logger)
+                await _announce(happened, flow_run, logger)
             except Exception as err:  # an alarm must never break the run it watches
                 logger.warning(f"throughput alarm could not be published: {err}")
 
@@ -157,9 +144,11 @@ class RunReport:
         self.flow_run = flow_run
         self.outcome = outcome
         self.meter = meter
+        self.started = datetime.now(UTC)  # the run's start, for its history line
         self.progress_id: UUID | None = None
         self.probed: list[Baseline] = []  # the throughput probe's baseline, once measured
         self.failed_links: dict[str, tuple[int, str]] = {}
+        self._changed = asyncio.Event()  # a partition ended: the table is updated at once
 
     async def open(self) -> None:
         """The live progress table, one row per partition (all waiting); on a retried run,
@@ -184,11 +173,18 @@ class RunReport:
             description=run_progress_markdown(self.meter, states),
         )
 
+    def refresh_progress(self) -> None:
+        """A partition ended: the live table shows it now, not at its next period."""
+        self._changed.set()
+
     async def _watch_progress(self) -> None:
-        """Update the progress table until cancelled; a failed update (the Prefect API away
-        longer than its client retries) is skipped."""
+        """Update the progress table every PROGRESS_EVERY_S and when a partition ends, until
+        cancelled; a failed update (the Prefect API away longer than its client retries) is
+        skipped."""
         while True:
-            await asyncio.sleep(PROGRESS_EVERY_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), PROGRESS_EVERY_S)
+            self._changed.clear()
             try:
                 await self._update_progress(self.outcome.states)
             except Exception as err:
@@ -210,22 +206,20 @@ class RunReport:
                     await watcher
 
     async def publish_data(
-        self, config: PipelineConfig, manifest: dict[str, Any], states: dict[str, State[Any]]
+        self, output_dir: str, written: WrittenDataset, states: dict[str, State[Any]]
     ) -> None:
-        """Links to failed partitions' batch tables, a data picture per partition of this run
-        and the dataset card; reports must never fail a run that generated its data."""
+        """The failed-batches tables (or the word that earlier ones are superseded), the
+        coverage and a data picture per partition of this run, from what the library wrote
+        with the manifest; reports must never fail a run that generated its data."""
         try:
             self.failed_links, rows = await failed_batch_tables(states)
             by = f"run {self.flow_run.name!r} (attempt {self.flow_run.run_count or 1})"
-            await publish_run_failures(rows, config.output_dir, self.outcome.completed, by)
-            profile = config.serving_profile
-            coverage = card_coverage(config.output_dir, profile)
-            pictures = refresh_dataset_card(config.output_dir, manifest, profile, coverage)
-            if coverage is not None:
-                text, line = coverage_markdown(coverage), coverage_line(coverage)
+            await publish_run_failures(rows, output_dir, self.outcome.completed, by)
+            if written.coverage is not None:
+                text, line = coverage_markdown(written.coverage), coverage_line(written.coverage)
                 await acreate_markdown_artifact(text, key=COVERAGE_KEY, description=line)
             for name in self.outcome.names:
-                picture = pictures.get(name)
+                picture = written.pictures.get(name)
                 if picture is not None:
                     await acreate_markdown_artifact(
                         picture_markdown(picture),
@@ -233,7 +227,9 @@ class RunReport:
                         description=picture_description(picture),
                     )
         except Exception as err:
-            get_run_logger().warning(f"data picture or dataset card not written: {err}")
+            get_run_logger().warning(
+                f"failed-batches, coverage or data artifacts not written: {err}"
+            )
 
     async def summary(self, output_dir: str) -> None:
         """The summary table and the progress table's last word, whatever the outcome."""
@@ -248,7 +244,7 @@ class RunReport:
         except Exception as err:
             get_run_logger().warning(f"run summary artifact not written: {err}")
 
-    async def record_history(self, output_dir: str, started: datetime) -> None:
+    async def record_history(self, output_dir: str) -> None:
         """The run's line of ``history.jsonl`` and the directory's history table artifact; only
         for a run that generated (one stopped before its partitions started made no numbers)."""
         if not any(self.meter.progress(name) for name in self.outcome.names):
@@ -260,7 +256,7 @@ class RunReport:
                 self.outcome.final_states(),
                 run_id=str(self.flow_run.id),
                 run_name=self.flow_run.name,
-                started=started,
+                started=self.started,
                 ended=datetime.now(UTC),
                 deployment=current_deployment.name,
                 attempt=self.flow_run.run_count or 1,

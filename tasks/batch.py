@@ -15,6 +15,7 @@ from eagle3_datagen.errors import BatchTaskFailed, retry_can_fix
 from eagle3_datagen.generate.batch import PartitionRunner
 from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.report.ui import batch_failure_message
+from eagle3_datagen.stop import current_stop
 from eagle3_datagen.write.shards import BatchSummary
 from eagle3_datagen_flows.stopping import cancelled
 
@@ -52,14 +53,20 @@ async def generate_batch(runner: PartitionRunner, spec: BatchSpec) -> BatchSumma
     A retry first waits ``retries.batch_retry_delay_s`` here, in the task's own code, rather
     than in Prefect's AwaitingRetry: a stop during Prefect's wait would end the task Crashed
     (the cancellation lands in the engine), while here it ends Cancelled like any batch."""
+    stop = current_stop()
+    stopped = f"{spec.label}: the run was stopped; a rerun generates this batch"
     try:
         attempt = prefect.runtime.task_run.run_count
+        if stop is not None and stop.requested:  # a retry that the stop caught as it began
+            return cancelled(stopped)
         delay = retry_delay_s(runner.retries.batch_retry_delay_s, attempt)
         if delay > 0:
             get_run_logger().info("%s: retry %d in %.0f s", spec.label, attempt - 1, delay)
             await asyncio.sleep(delay)
         return await runner.run_batch(spec)
     except asyncio.CancelledError:
-        return cancelled(f"{spec.label}: the run was stopped; a rerun generates this batch")
+        return cancelled(stopped)
     except Exception as err:
+        if stop is not None and stop.requested:  # requests the stop aborted: not a failure
+            return cancelled(stopped)
         raise BatchTaskFailed(batch_failure_message(spec.label, spec.partition, err)) from err

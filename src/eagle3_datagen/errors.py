@@ -40,6 +40,8 @@ records (see ``write/records.py``; the renderer returns a ``RenderError`` value 
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DatagenError(Exception):
     """Base class for all errors of this package."""
@@ -134,7 +136,17 @@ class BatchTaskFailed(RunError):
 
 
 class PartitionFailed(RunError):
-    """Some batches of a partition failed; the message names the partition and the first."""
+    """Some batches of a partition failed; the message names the partition and the first.
+
+    It carries the partition's failed-batches rows (and the id of the table that shows them,
+    once written) to the parent run, which lists them all in its own table."""
+
+    def __init__(
+        self, message: str, rows: list[dict[str, Any]] | None = None, table_id: Any = None
+    ) -> None:
+        super().__init__(message)
+        self.rows = rows or []
+        self.table_id = table_id
 
 
 class RunFailed(RunError):

@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 from eagle3_datagen.config import PipelineConfig
+from eagle3_datagen.stop import RunStop
 from eagle3_datagen_cli.console import one_line
 from eagle3_datagen_cli.signals import Interrupted, mark_cancelled, stop_on_signals
 
@@ -68,32 +69,30 @@ def run_pipeline(
 
     prefect_env()
     from eagle3_datagen_cli.console import quiet_console_tracebacks, stopping_now
-    from eagle3_datagen_flows.stopping import outermost_run, received
 
     quiet_console_tracebacks()
     runs: list[Any] = []  # the flow run, once Prefect says how it ended (its hooks)
+    stop = RunStop(on_stop=stopping_now)  # the run's one stop state, read by the flows too
 
     def seen(flow: Any, flow_run: Any, state: Any) -> None:
         runs.append(flow_run)
+
+    async def _mark(why: str) -> None:
+        for run_id in [r.id for r in runs[:1]] or [stop.run_id]:
+            if run_id is not None:
+                await mark_cancelled(run_id, why, stop.at)
 
     async def _main() -> Any:
         # A task that ended on the interrupt while the loop itself was interrupted is not news.
         asyncio.get_running_loop().set_exception_handler(_quiet_interrupts)
         try:
-            state = await stop_on_signals(
-                _flow_state(config, partitions, server_url, overwrite, fan_out, seen),
-                on_stop=stopping_now,
-            )
-        except Interrupted as stop:
-            for run_id in [r.id for r in runs[:1]] or outermost_run[:1]:
-                await mark_cancelled(run_id, stop.why)
+            with stop.bound():
+                return await stop_on_signals(
+                    _flow_state(config, partitions, server_url, overwrite, fan_out, seen), stop
+                )
+        except Interrupted as stopped:
+            await _mark(stopped.why)
             raise
-        if state.is_cancelled() and received:  # SIGTERM, taken by the flow itself
-            taken = Interrupted(received[0])
-            for run_id in outermost_run[:1]:
-                await mark_cancelled(run_id, taken.why)
-            raise taken
-        return state
 
     from prefect.exceptions import TerminationSignal
 
@@ -101,10 +100,9 @@ def run_pipeline(
         try:
             state = asyncio.run(_main())
         except TerminationSignal as sig:  # Prefect's SIGTERM bridge, armed while a flow runs
-            stop = Interrupted(sig.signal)
-            for run_id in [r.id for r in runs[:1]] or outermost_run[:1]:
-                asyncio.run(mark_cancelled(run_id, stop.why))
-            raise stop from None
+            halt = Interrupted(sig.signal)
+            asyncio.run(_mark(halt.why))
+            raise halt from None
         if state.is_completed():
             return True, asyncio.run(state.aresult())
     return False, _failed(state)

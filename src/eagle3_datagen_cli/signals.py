@@ -4,10 +4,12 @@ A terminal's Ctrl-C sends SIGINT to its whole process group; ``prefect_server.py
 Prefect's temporary API server out of that group, so the API is still there while the run
 stops. Then:
 
-- :func:`stop_on_signals` turns the first SIGINT or SIGTERM into a cancellation of the flow's
-  task. The flows unwind in order (``flows/stopping.py``): the batches in flight end
-  Cancelled, then the subflows, then the parent, whose ``finally`` blocks stop the server it
-  launched (on purpose: never taken for lost, never relaunched) and write the summary. The
+- :func:`stop_on_signals` turns the first SIGINT or SIGTERM into a stop of the run: the run's
+  one stop object (``eagle3_datagen.stop.RunStop``, made here and bound around the flow, which
+  reads it) records it and cancels the flow's task. The flows unwind in order
+  (``flows/stopping.py``): the batches in flight end Cancelled, then the subflows, then the
+  parent, whose ``finally`` blocks stop the server it launched (on purpose: never taken for
+  lost, never relaunched) and write the summary. The
   launched SGLang server runs in its own session too (``sglang/process.py``), so only the run
   stops it. The command says it is stopping, then the stop's one line, and exits 130;
 - :func:`mark_cancelled` then sets Cancelled what did not end so by itself (a fan-out's
@@ -18,8 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from datetime import datetime
 from typing import Any, TypeVar
+
+from eagle3_datagen.stop import RunStop
 
 T = TypeVar("T")
 
@@ -39,39 +44,32 @@ class Interrupted(Exception):
         return f"stopped by {signal.Signals(self.signum).name} at the command line"
 
 
-async def stop_on_signals(work: Awaitable[T], on_stop: Callable[[int], None] | None = None) -> T:
-    """Await ``work``; the first SIGINT or SIGTERM cancels it (``on_stop`` is told which) and
-    raises :class:`Interrupted` once it has unwound, whether ``work`` then raised or returned
-    (a flow that ends Cancelled returns). A second signal while it unwinds is ignored: the
-    stop is under way."""
+async def stop_on_signals(work: Awaitable[T], stop: RunStop) -> T:
+    """Await ``work`` as the task ``stop`` cancels; the first SIGINT or SIGTERM stops it
+    (:meth:`~eagle3_datagen.stop.RunStop.request`), and once it has unwound, whether it then
+    raised or returned (a flow that ends Cancelled returns), :class:`Interrupted` is raised. So
+    is it when the flow took a SIGTERM itself (a flow body arms its own handler, on the same
+    object). A second signal while it unwinds changes nothing: the stop is under way."""
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(work)
-    got: list[int] = []
-
-    def on_signal(signum: int) -> None:
-        if not got:
-            got.append(signum)
-            if on_stop is not None:
-                on_stop(signum)
-            task.cancel()
-
+    stop.attach(task)
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, on_signal, signum)
+        loop.add_signal_handler(signum, stop.request, signum)
     try:
         result = await task
     except BaseException as err:
-        if got:
-            raise Interrupted(got[0]) from err
+        if stop.signum is not None:
+            raise Interrupted(stop.signum) from err
         raise
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-    if got:
-        raise Interrupted(got[0])
+    if stop.signum is not None:
+        raise Interrupted(stop.signum)
     return result
 
 
-async def mark_cancelled(flow_run_id: Any, why: str) -> None:
+async def mark_cancelled(flow_run_id: Any, why: str, since: datetime | None) -> None:
     """Set the flow run, and its subflows that did not finish, Cancelled with ``why``.
 
     A fan-out's partition jobs are deployment runs that workers run in their own processes:
@@ -79,12 +77,13 @@ async def mark_cancelled(flow_run_id: Any, why: str) -> None:
     (whose hooks stop its server) and then mark it Cancelled; Cancelled straight away would
     leave it generating on its node. One not yet running is set Cancelled. A batch task the
     stop caught while Prefect was starting it, recorded Crashed, is set Cancelled too (its
-    subflow does the same as it ends; this is the check once everything has ended)."""
+    subflow does the same as it ends; this is the check once everything has ended), and so is
+    one that failed after ``since``, when the stop began."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
     from prefect.states import Cancelled, Cancelling
 
-    from eagle3_datagen_flows.stopping import cancel_crashed
+    from eagle3_datagen_flows.stopping import cancel_left_behind
 
     async with get_client() as client:
         subs = await client.read_flow_runs(
@@ -104,4 +103,4 @@ async def mark_cancelled(flow_run_id: Any, why: str) -> None:
             await client.set_flow_run_state(run.id, state, force=True)
     for sub in subs:
         if sub.deployment_id is None:  # a subflow of this process (a job's are its worker's)
-            await cancel_crashed(sub.id, f"{why}, as this batch started")
+            await cancel_left_behind(sub.id, f"{why} before this batch finished", since)

@@ -1,8 +1,11 @@
-"""Cancelling a deployment run mid-partition from Prefect stops the server it launched."""
+"""Cancelling a deployment run mid-partition from Prefect stops the server it launched, and the
+run keeps its own Cancelled message although the worker writes the last state."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -10,6 +13,8 @@ import pytest
 
 from eagle3_datagen.demo import demo_config
 from eagle3_datagen.processes import pid_alive
+from eagle3_datagen_flows.stopping import RUNNER_CANCELLED
+from tests.support import REPO
 from tests.support.prefect import PrefectServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -55,3 +60,34 @@ def test_cancelled_run_leaves_no_server_process(
         time.sleep(0.5)
     assert not pid_alive(pid), f"server pid {pid} outlived its cancelled run"
     assert not list(state_dir.glob("*.json")), "the pidfile was cleaned up"
+    _keeps_its_own_message(srv, run_id)
+
+
+def _messages(srv: PrefectServer, run_id: str) -> list[str]:
+    """The run's Cancelled states' messages, oldest first."""
+    states = srv.get(f"/flow_run_states/?flow_run_id={run_id}")
+    ordered = sorted(states, key=lambda s: s["timestamp"])
+    return [s["message"] or "" for s in ordered if s["type"] == "CANCELLED"]
+
+
+def _keeps_its_own_message(srv: PrefectServer, run_id: str) -> None:
+    """The worker's runner writes its own Cancelled state once the run's process has exited
+    (some seconds after the run ended); wait for it, then the run's own message is the last."""
+    deadline = time.monotonic() + 180
+    while RUNNER_CANCELLED not in (said := _messages(srv, run_id)) or said[-1] == RUNNER_CANCELLED:
+        assert time.monotonic() < deadline, said
+        time.sleep(0.5)
+    own = said[-1]
+    assert own.startswith("stopped before it finished:") and "a rerun finishes" in own, said
+    assert srv.get(f"/flow_runs/{run_id}")["state"]["message"] == own
+    failures = subprocess.run(
+        [sys.executable, "-m", "eagle3_datagen_cli.main", "failures", run_id],
+        cwd=REPO,
+        env=srv.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert own in failures.stdout and RUNNER_CANCELLED not in failures.stdout, (
+        failures.stdout + failures.stderr
+    )

@@ -106,12 +106,34 @@ def _wait(what: Callable[[], Any], why: Callable[[], Any], timeout_s: float = 30
     return got
 
 
-def _progress(srv: PrefectServer, run_id: str) -> float:
+def _progress_artifact(srv: PrefectServer, run_id: str) -> dict[str, Any]:
     [art] = srv.post(
         "/artifacts/filter",
         {"artifacts": {"key": {"any_": [RUN_PROGRESS_KEY]}, "flow_run_id": {"any_": [run_id]}}},
     )
-    return float(art["data"])
+    return dict(art)
+
+
+def _progress(srv: PrefectServer, run_id: str) -> float:
+    return float(_progress_artifact(srv, run_id)["data"])
+
+
+def _rows_say(srv: PrefectServer, run_id: str, said: dict[str, str]) -> bool:
+    """The parent's live progress table has each partition's row in the state ``said``."""
+    table = _progress_artifact(srv, run_id)["description"] or ""
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.count("|") > 2}
+    return all(f" {state} " in rows.get(name, "") for name, state in said.items())
+
+
+def _finished_rows_turn_completed(srv: PrefectServer, run_id: str) -> None:
+    """A partition whose subflow completed reads completed in the parent's live table while
+    another still runs, not only once the whole run has ended (#43)."""
+    said = {"demo_short": "completed", "demo_images": "completed", "demo_long": "running"}
+    _wait(
+        lambda: _rows_say(srv, run_id, said),
+        lambda: _progress_artifact(srv, run_id)["description"],
+        timeout_s=60,
+    )
 
 
 def _told_the_truth(srv: PrefectServer, run_id: str, before: float) -> dict[str, Any]:
@@ -187,6 +209,7 @@ def _ctrl_c(srv: PrefectServer, cfg: Path, out: Path, log: Path, *args: str) -> 
     try:
         run = _wait(lambda: _parent(srv, out), lambda: log.read_text()[-3000:])
         _wait(lambda: _one_finished(srv, run["id"]), lambda: log.read_text()[-3000:])
+        _finished_rows_turn_completed(srv, run["id"])
         before = _progress(srv, run["id"])
         offset = log.stat().st_size
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
@@ -257,23 +280,47 @@ def test_cancel_from_the_ui(prefect_server: PrefectServer, deployed: Path, tmp_p
         assert word not in said, said[-6000:]
 
 
+def _all_waiting_to_retry(srv: PrefectServer, out: Path, log: Path, batches: int) -> bool:
+    """Every batch of the run's one partition has failed its first attempt and waits in its
+    retry's delay: ``batches`` task runs, each Running its second attempt, each having said
+    so (the line comes just before the wait)."""
+    run = _parent(srv, out)
+    if run is None or log.read_text().count("retry 1 in 600 s") < batches:
+        return False
+    subs = _subflows(srv, run["id"])
+    query = {"flow_runs": {"id": {"any_": [s["id"] for s in subs.values()]}}, "limit": 200}
+    tasks = srv.post("/task_runs/filter", query)
+    return len(tasks) == batches and all(
+        t["state_type"] == "RUNNING" and t["run_count"] == 2 for t in tasks
+    )
+
+
 def test_ctrl_c_while_a_batch_waits_to_retry(prefect_server: PrefectServer, tmp_path: Path) -> None:
-    """A batch whose requests all failed waits a minute before its retry; Ctrl-C meanwhile
-    ends it Cancelled (the wait is the task's own, not Prefect's AwaitingRetry, where the stop
-    would land in the engine and read Crashed)."""
+    """Batches whose requests all failed wait ten minutes before their retry; Ctrl-C meanwhile
+    ends them Cancelled (the wait is the task's own, not Prefect's AwaitingRetry, where the stop
+    would land in the engine and read Crashed). The stop lands once every batch is in that
+    wait, a state the test waits for rather than hopes the timing gives."""
     srv = prefect_server
     with EmulatorProcess("--emu-fault-500-rate", "1.0", log_dir=tmp_path) as emulator:
         emulator.wait_ready()
         cfg, out = _config(tmp_path, attach=True)
         config = yaml.safe_load(cfg.read_text())
-        config["partitions"] = config["partitions"][:1]
+        config["partitions"] = config["partitions"][:1]  # demo_short: 64 lines, 4 batches
         config["retries"].update(
-            max_attempts=1, backoff_initial_s=0.1, batch_retries=1, batch_retry_delay_s=[60]
+            max_attempts=1, backoff_initial_s=0.1, batch_retries=1, batch_retry_delay_s=[600]
         )
         cfg.write_text(yaml.safe_dump(config))
         log = tmp_path / "run.log"
-        said = _ctrl_c_once_logged(cfg, srv.env, log, "retry 1 in 60 s", emulator.url)
-    _quiet(said)
+        proc = _start(cfg, srv.env, log, "--server-url", emulator.url)
+        try:
+            _wait(lambda: _all_waiting_to_retry(srv, out, log, 4), lambda: log.read_text()[-3000:])
+            offset = log.stat().st_size
+            os.killpg(proc.pid, signal.SIGINT)
+            assert proc.wait(120) == 130, log.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    _quiet(_after_signal(log, offset))
     run = _parent(srv, out)
     assert run is not None
     run = srv.wait_final(run["id"], timeout=120)
@@ -284,4 +331,4 @@ def test_ctrl_c_while_a_batch_waits_to_retry(prefect_server: PrefectServer, tmp_
         {"flow_runs": {"id": {"any_": [s["id"] for s in subs.values()]}}, "limit": 200},
     )
     states = {t["name"]: t["state_type"] for t in tasks}
-    assert states and set(states.values()) == {"CANCELLED"}, states
+    assert len(states) == 4 and set(states.values()) == {"CANCELLED"}, states

@@ -1,15 +1,20 @@
 """A full disk mid-run: no half-written shard is visible, the run fails naming the file and the
 cause, and a rerun once space is freed completes the dataset exactly.
 
-The output directory is a real 4 MiB tmpfs filled up by the test (needs root and
-``mount -t tmpfs``; skipped otherwise), so the ENOSPC comes from the kernel, not from a mock.
+The output directory is a real 4 MiB tmpfs (needs root and ``mount -t tmpfs``; skipped
+otherwise), so the ENOSPC comes from the kernel, not from a mock. The disk fills once the first
+shard has committed, leaving less than that shard took: the state the test means (some batches
+committed, the next one cannot be) is built, whatever the machine's speed, not hoped for.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,13 +50,32 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def _fill(disk: Path, leave: int) -> Path:
-    """Take all but ``leave`` bytes of the disk with one file."""
+    """Take all but about ``leave`` bytes of the disk with one file (the run writes meanwhile:
+    a write the disk no longer takes ends the filling)."""
     filler = disk / "filler"
-    st = os.statvfs(disk)
-    size = st.f_bavail * st.f_frsize - leave
+    chunk = b"\0" * 16384
     with filler.open("wb") as fh:
-        fh.write(b"\0" * size)
+        try:
+            while (st := os.statvfs(disk)).f_bavail * st.f_frsize > leave + len(chunk):
+                fh.write(chunk)
+                fh.flush()
+        except OSError as err:
+            if err.errno != errno.ENOSPC:
+                raise
     return filler
+
+
+def _fill_after_the_first_commit(part: Path, disk: Path, found: list[Any]) -> None:
+    """Wait (with a deadline) for the partition's first committed batch, then fill the disk,
+    leaving half of what a shard took: the next shard cannot be written."""
+    deadline = time.monotonic() + 240
+    while not list((part / "_batches").glob("*.json")):
+        if time.monotonic() > deadline:
+            found.append(TimeoutError("no batch committed in 240 s"))
+            return
+        time.sleep(0.02)
+    shard = max((p.stat().st_size for p in part.glob("part-*.parquet")), default=65536)
+    found.append(_fill(disk, leave=shard // 2))
 
 
 def test_a_full_disk_fails_cleanly_and_a_rerun_completes_the_dataset(
@@ -60,7 +84,8 @@ def test_a_full_disk_fails_cleanly_and_a_rerun_completes_the_dataset(
     from transformers import AutoTokenizer
 
     prompts = write_prompts(tmp_path / "prompts.jsonl", 400, words=20)
-    emu = emulator_factory().wait_ready()
+    # Slow enough (5 ms a token) that batches still run once the first has committed.
+    emu = emulator_factory("--emu-decode-ms-per-token", "5").wait_ready()
     data = base_config(tmp_path, prompts)
     data["server"] = {"mode": "attach", "url": emu.url}
     data["batch_size"] = 16
@@ -71,9 +96,15 @@ def test_a_full_disk_fails_cleanly_and_a_rerun_completes_the_dataset(
     data["model"]["render"] = "template"
     config = PipelineConfig.model_validate(data)
     out = Path(config.output_dir)
-    filler = _fill(small_disk, leave=96 * 1024)
-
+    found: list[Any] = []
+    filling = threading.Thread(
+        target=_fill_after_the_first_commit, args=(out / "chaos", small_disk, found), daemon=True
+    )
+    filling.start()
     ok, reason = run_pipeline(config)
+    filling.join(60)
+    [filler] = found
+    assert isinstance(filler, Path), filler
     assert not ok
     assert "No space left on device" in str(reason), reason
     # Names the partition's file that failed first, not the manifest that failed after it.

@@ -77,3 +77,24 @@ def test_a_run_under_new_settings_starts_a_new_first_written(
     config.sampling.temperature = 0.5
     new = make_fingerprint(config, chat_tokenizer)  # type: ignore[arg-type]
     assert update_manifest(tmp_path, new, {})["first_written"] == new["run"]["created_at"]
+
+
+def test_the_manifest_and_its_card_are_written_together(
+    tmp_path: Path, chat_tokenizer: object
+) -> None:
+    """However a run was started, the call that writes its manifest leaves the card with it."""
+    from eagle3_datagen.report.dataset_card import write_manifest_and_card
+
+    config = make_config(("zeta",))
+    fingerprint = make_fingerprint(config, chat_tokenizer)  # type: ignore[arg-type]
+    t = Tok(chat_tokenizer)  # type: ignore[arg-type]
+    write_dataset(tmp_path, fingerprint, {"zeta": [Batch([t.record("z1", "zeta", line=1)])]})
+    (tmp_path / "manifest.json").unlink()
+    assert not (tmp_path / "README.md").exists()
+    written = write_manifest_and_card(
+        tmp_path, fingerprint, {"zeta": summarize_on_disk(tmp_path, "zeta")}
+    )
+    assert written.card_error is None and written.manifest["status"] == "completed"
+    assert set(written.pictures) == {"zeta"}
+    card = (tmp_path / "README.md").read_text()
+    assert "config_name: zeta" in card and 'load_dataset("' in card

@@ -96,3 +96,25 @@ def test_summary_rows_follow_the_outcome(tmp_path: Path):
     ]
     assert rows[1]["error"] == "[1 failed batch](/artifacts/artifact/x): bad batch"
     assert [r["input_lines"] for r in rows] == [4, 2, 7]
+
+
+def test_each_partition_reads_its_end_as_soon_as_it_ends(tmp_path: Path):
+    """The live table's state of a partition turns as its subflow ends, while the others run;
+    one stopped reads cancelled everywhere, not failed."""
+    outcome = RunOutcome(["short", "long", "images"])
+    outcome.started()
+    outcome.partition_completed("short", {})
+    assert outcome.states == {"short": "completed", "long": "running", "images": "running"}
+    outcome.partition_cancelled("long", "long: the run was stopped before this partition finished")
+    outcome.stopped(RuntimeError("stopped"), cancelled=True)
+    assert outcome.states["long"] == "cancelled"
+    assert outcome.final_states() == {
+        "short": "completed",
+        "long": "cancelled",
+        "images": "cancelled",
+    }
+    assert outcome.results["long"]["status"] == "cancelled"
+    meter = RunMeter()
+    meter.expect({"short": 64, "long": 24, "images": 8})
+    rows = outcome.summary_rows(str(tmp_path), meter, {})
+    assert [r["status"] for r in rows] == ["completed", "cancelled", "cancelled"]

@@ -22,7 +22,7 @@ from eagle3_datagen.errors import (
 from eagle3_datagen.report.outcome import RunOutcome
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import attempt_line, run_progress_markdown, superseded_description
-from eagle3_datagen_flows.attempts import count_as_done, shared_tags
+from eagle3_datagen_flows.attempts import shared_tags
 from eagle3_datagen_flows.expected_failures import FLOW_RUNS, TASK_RUNS, install
 
 # Prefect's API log handler, outside a flow run, warns that it has nowhere to send the lines.
@@ -174,7 +174,7 @@ def test_a_bug_keeps_its_traceback_at_error(captured: io.StringIO) -> None:
 def test_a_reused_partition_counts_as_done_in_the_parents_progress() -> None:
     meter = RunMeter()
     meter.expect({"short": 64, "long": 24})
-    count_as_done(meter, "short", 64)
+    meter.reused("short", 64)
     assert meter.totals() == (64, 88)  # not 0 of 88: the run's percent does not go back
     table = run_progress_markdown(meter, {"short": "reused", "long": "running"})
     assert "| short | reused | 64/64 | 100% | 0 | 0 | - |" in table, table

@@ -17,6 +17,7 @@ put first, not what sorts first.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from eagle3_datagen.report.data_picture import (
     picture_markdown,
 )
 from eagle3_datagen.report.history import latest_eval_markdown, read_history
+from eagle3_datagen.write.manifest import update_manifest
 from eagle3_datagen.write.records import RECORD_SCHEMA
 from eagle3_datagen.write.shards import PartitionOutput, atomic_write_bytes
 
@@ -401,3 +403,33 @@ def card_coverage(output_dir: str | Path, profile: ServingProfile | None) -> Cov
         return dataset_coverage(output_dir, profile)
     except DatagenError:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenDataset:
+    """What :func:`write_manifest_and_card` wrote and read: the manifest, each partition's
+    picture, the coverage; ``card_error`` says why the card could not be written (the
+    manifest, the dataset's contract, was)."""
+
+    manifest: dict[str, Any]
+    pictures: dict[str, PartitionPicture] = field(default_factory=dict)
+    coverage: Coverage | None = None
+    card_error: str | None = None
+
+
+def write_manifest_and_card(
+    output_dir: str | Path,
+    fingerprint: dict[str, Any],
+    partitions: dict[str, dict[str, Any]],
+    profile: ServingProfile | None = None,
+) -> WrittenDataset:
+    """The run's manifest (``update_manifest``), then the dataset card from it: one call, so
+    every run that writes a manifest leaves a card that describes it, however it was started.
+    A manifest that cannot be written raises; a card that cannot be, is said in the result."""
+    manifest = update_manifest(output_dir, fingerprint, partitions)
+    try:
+        coverage = card_coverage(output_dir, profile)
+        pictures = refresh_dataset_card(output_dir, manifest, profile, coverage)
+    except Exception as err:  # the card describes the data; the data and manifest are written
+        return WrittenDataset(manifest, card_error=f"{type(err).__name__}: {err}")
+    return WrittenDataset(manifest, pictures, coverage)

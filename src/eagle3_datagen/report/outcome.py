@@ -14,6 +14,7 @@ from typing import Any
 from eagle3_datagen.errors import DatagenError, RunFailed
 from eagle3_datagen.report.throughput import RunMeter
 from eagle3_datagen.report.ui import (
+    CANCELLED,
     REUSED,
     failed_partition_entry,
     partition_status,
@@ -61,6 +62,12 @@ class RunOutcome:
         self.errors[name] = reason
         self.results[name] = failed_partition_entry(name, state_type, message)
         self.states[name] = state_type.lower()
+
+    def partition_cancelled(self, name: str, message: str | None) -> None:
+        """A partition whose subflow ended Cancelled: the run was stopped before it finished."""
+        self.errors[name] = stopped_reason(RuntimeError(message), cancelled=True)
+        self.results[name] = failed_partition_entry(name, CANCELLED, message)
+        self.states[name] = CANCELLED
 
     def stopped_by(self, error: DatagenError | None) -> None:
         """A fault no retry can fix stopped every partition (the server lost for good, a full

@@ -5,7 +5,7 @@ users have. Without it the run measures the rate it makes over ``probe_s`` secon
 warm-up is over (caches filled, slots ramped up), and the alarm then watches for a fall below
 that. A probe cannot see a server that was slow from the start (only a configured rate can);
 it catches what the seed's run needed: a run that later fell far below its own early rate.
-No Prefect here: the parent flow feeds the samples and logs the result.
+No Prefect here: ``throughput.ThroughputMonitor`` feeds it and then watches against its result.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eagle3_datagen.config import ThroughputAlarm
-from eagle3_datagen.report.throughput import ThroughputWatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +72,3 @@ class ThroughputProbe:
             return None
         self.baseline = Baseline((total_tokens - n0) / (t - t0), t - t0, t - self.start)
         return self.baseline
-
-    def watch(self, alarm: ThroughputAlarm, now: float) -> ThroughputWatch:
-        """The alarm against the measured baseline, from ``now`` (its warm-up is behind it)."""
-        if self.baseline is None:
-            raise RuntimeError("the probe has no baseline yet")
-        return ThroughputWatch(
-            expected_tok_s=self.baseline.tok_s,
-            alarm_ratio=alarm.alarm_ratio,
-            warmup_s=0.0,
-            window_s=alarm.window_s,
-            start=now,
-        )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eagle3_datagen.config import ThroughputAlarm
+from eagle3_datagen.report.probe import Baseline, ThroughputProbe
 from eagle3_datagen.report.progress import Progress
 
 # A dip ends only above threshold x this, so a rate hovering at the line does not flap.
@@ -172,6 +173,52 @@ class ThroughputWatch:
         )
 
 
+class ThroughputMonitor:
+    """The alarm as a run needs it: with a configured rate, the watch from the start; without
+    one, the probe measures the run's own rate first (:mod:`.probe`) and the watch then
+    compares the run with it. Fed (time, cumulative output tokens); :meth:`observe` says what
+    happened, the flow only tells it."""
+
+    def __init__(
+        self,
+        alarm: ThroughputAlarm,
+        watch: ThroughputWatch | None,
+        probe: ThroughputProbe | None,
+    ) -> None:
+        self.alarm = alarm
+        self.watch = watch
+        self.probe = probe
+        self.baseline: Baseline | None = None  # the probe's, once measured
+
+    @classmethod
+    def from_config(cls, alarm: ThroughputAlarm, start: float) -> ThroughputMonitor | None:
+        """The monitor a run needs; None when the alarm has nothing to compare with (no
+        configured rate, probing off)."""
+        watch = ThroughputWatch.from_config(alarm, start)
+        probe = None if watch is not None else ThroughputProbe.from_config(alarm, start)
+        if watch is None and probe is None:
+            return None
+        return cls(alarm, watch, probe)
+
+    def observe(self, now: float, total_tokens: int) -> Baseline | ThroughputChange | None:
+        """Add a sample; what it caused: the probe's baseline (the watch starts from it), a
+        transition of the alarm, or nothing."""
+        if self.watch is not None:
+            return self.watch.observe(now, total_tokens)
+        assert self.probe is not None
+        baseline = self.probe.observe(now, total_tokens)
+        if baseline is not None:
+            self.baseline = baseline
+            self.watch = ThroughputWatch(
+                expected_tok_s=baseline.tok_s,
+                alarm_ratio=self.alarm.alarm_ratio,
+                warmup_s=0.0,  # the probe's warm-up is behind it
+                window_s=self.alarm.window_s,
+                start=now,
+            )
+        return baseline
+
+
 @dataclass(slots=True)
 class RunMeter:
     """The run's partitions' live :class:`Progress`, for the alarm, the parent's table and the
@@ -188,6 +235,14 @@ class RunMeter:
     def track(self, partition: str, progress: Progress) -> None:
         progress.total_lines = progress.total_lines or self.sizes.get(partition, 0)
         self._parts[partition] = progress
+
+    def reused(self, partition: str, lines: int) -> None:
+        """A partition an earlier attempt completed, reused: all its lines done, none by this
+        attempt, so the progress table reads 100% for it and the run's percent counts it."""
+        progress = Progress(total_lines=self.sizes.get(partition) or lines)
+        progress.batch_skipped(lines)
+        progress.finish()
+        self.track(partition, progress)
 
     def finish(self, partition: str) -> None:
         progress = self._parts.get(partition)

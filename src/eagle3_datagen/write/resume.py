@@ -25,6 +25,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pyarrow.parquet as pq
@@ -33,6 +34,7 @@ from eagle3_datagen.inputs.prompts import BatchSpec
 from eagle3_datagen.inputs.scan import InputInfo
 from eagle3_datagen.sglang.client import GenerateResult
 from eagle3_datagen.write.journal import BatchJournal, prompt_key
+from eagle3_datagen.write.manifest import summarize_on_disk
 from eagle3_datagen.write.records import RECORD_SCHEMA, REJECT_SCHEMA, Record, Reject
 from eagle3_datagen.write.shards import (
     BatchSummary,
@@ -216,3 +218,12 @@ def drop_superseded(output: PartitionOutput) -> None:
     """Delete what the partition kept for reuse, once every batch of it is committed."""
     shutil.rmtree(output.superseded_dir, ignore_errors=True)
     shutil.rmtree(output.journal_dir, ignore_errors=True)
+
+
+def still_on_disk(output_dir: str, name: str, size: int | None) -> dict[str, Any] | None:
+    """A partition an earlier attempt of a retried run completed: its totals when the output
+    directory still holds all its lines (``size``, the input's, when known), so it is reused;
+    None when something deleted them since (an ``--overwrite``): then it runs again."""
+    summary = summarize_on_disk(output_dir, name)
+    lines = int(summary.get("input_lines", 0))
+    return summary if lines and (size is None or lines >= size) else None
