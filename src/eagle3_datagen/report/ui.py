@@ -276,7 +276,7 @@ def stopped_reason(err: BaseException, *, cancelled: bool = False) -> str:
     """Why partitions that had not finished when the run stopped did not finish; a run that
     was cancelled (from the UI, Ctrl-C, SIGTERM) says so, not the signal's number."""
     if cancelled:
-        return f"{CANCELLED}: stopped before it finished; a rerun finishes it"
+        return f"{CANCELLED}: a rerun finishes it"
     return f"run stopped before it finished: {str(err) or type(err).__name__}"
 
 
