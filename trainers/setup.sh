@@ -4,15 +4,38 @@
 #   .venv-trainers-specforge:   specforge 0.2.0 (--no-deps) + what its training path imports
 # torch's CPU build must be reachable by pip (e.g. a find-links directory holding
 # torch-2.13.0+cpu, or PIP_INDEX_URL/PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu).
+# TRAINERS_VENV_CACHE=DIR (CI sets it): each environment is built once in DIR, under a name
+# keyed by a hash of this file, constraints.txt and the Python version, and the checkout's
+# .venv-trainers-NAME is a link to it: a fresh clone reuses it until one of those changes.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+SELF=$(realpath "$0")
+cd "$(dirname "$SELF")/.."
 PY=${PYTHON:-python3}
 HERE=trainers
 CONSTRAINT="$HERE/constraints.txt"
 
+# cached NAME: where TRAINERS_VENV_CACHE is set, link .venv-trainers-NAME to its cached build
+# (built under a lock, so two clones never build one at once). Returns 0 when it is ready.
+cached() {
+  [ -n "${TRAINERS_VENV_CACHE:-}" ] || return 1
+  local key dir
+  key=$({ cat "$SELF" "$CONSTRAINT"; "$PY" -c 'import sys; print(sys.version)'; } \
+    | sha256sum | cut -c1-16)
+  dir=$TRAINERS_VENV_CACHE/$1-$key
+  mkdir -p "$TRAINERS_VENV_CACHE"
+  ln -sfn "$dir" ".venv-trainers-$1"
+  [ -f "$dir/.ready" ]
+}
+
 build_speculators() {
   local venv=.venv-trainers-speculators
+  if [ -n "${TRAINERS_VENV_CACHE:-}" ] && [ -z "${TRAINERS_LOCKED:-}" ]; then
+    cached speculators && return 0
+    TRAINERS_LOCKED=1 flock "$TRAINERS_VENV_CACHE/speculators.lock" "$SELF" speculators
+    return 0
+  fi
   [ -f "$venv/.ready" ] && return 0
+  [ -L "$venv" ] && venv=$(readlink "$venv")
   rm -rf "$venv"
   "$PY" -m venv "$venv"
   "$venv/bin/pip" install -q -c "$CONSTRAINT" "torch==2.13.0"

@@ -9,6 +9,17 @@ from typing import Any
 from eagle3_datagen_cli.arguments import add_dataset
 
 RULES = ("flatness", "deviation", "acceptance", "random")
+# What the CPU lab measured (docs/selection-lab.md, docs/lab-results.md): shown by --help, so
+# that nobody spends GPU hours on a rule expecting it to beat random.
+MEASURED = (
+    "Measured on the CPU lab (docs/selection-lab.md): no rule has beaten a random selection "
+    "of the same size. At --keep 0.5 no rule's draft was ahead of random by more than two "
+    "random halves differ from each other (one seed per row), and every half cost accept "
+    "length against the full data. "
+    "Selection can only help where data is redundant, and that regime is not measured yet: "
+    "keep all the data, or use --by random when a budget forces a cut, unless your own "
+    "measurement shows a rule ahead."
+)
 
 
 def cmd_select(args: argparse.Namespace) -> int:
@@ -34,6 +45,8 @@ def add_commands(sub: Any) -> None:
     select = sub.add_parser(
         "select",
         help="write a new dataset of the conversations a rule ranks first (docs/select.md)",
+        description="Write a new dataset of the conversations a rule ranks first (docs/select.md).",
+        epilog=MEASURED,
     )
     add_dataset(select)
     select.add_argument(

@@ -87,7 +87,9 @@ def _start(target: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(240):
+    # importing torch and speculators took over a minute on a loaded 2-core machine
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
         if proc.poll() is not None:
             return proc, url
         try:

@@ -6,7 +6,15 @@ that export never saw) gives its prompt, the ids before the first supervised tok
 goes to ``/generate`` at temperature 0 with ``max_new_tokens``. The server's per-request spec
 fields are read and pooled by the project's own reader (``eagle3_datagen.sglang.speculative``).
 
-usage: python measure.py URL VALIDATION_JSONL MAX_NEW_TOKENS OUT_JSON
+Each output also carries its resampling unit for the tables' intervals: ``accept`` =
+[correct drafts + verify steps, verify steps] (its share of the pooled ratio). With a fourth
+argument, the id of the end-of-reasoning token, each output that contains it is measured once
+more in two parts at temperature 0: the prompt with ``max_new_tokens`` up to and including that
+token (the reasoning tokens), then the prompt plus that reasoning with the remaining budget (the
+answer tokens); ``split`` = {reasoning: [num, den], answer: [num, den]} and ``split_same_ids``
+whether the two parts gave the whole output's ids again.
+
+usage: python measure.py URL VALIDATION_JSONL MAX_NEW_TOKENS OUT_JSON [THINK_END_ID]
 """
 
 import json
@@ -37,7 +45,34 @@ def prompt_of(row: dict) -> list[int]:
     return row["input_ids"][:first]
 
 
-def main(url: str, validation: str, max_new: str, out: str) -> None:
+def _unit(spec) -> list[int]:
+    return [spec.num_correct_drafts + spec.verify_ct, spec.verify_ct]
+
+
+def _part(url: str, ids: list[int], budget: int, settings, rid: str) -> tuple[list[int], list]:
+    body = {
+        "input_ids": ids,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": budget},
+        "rid": rid,
+    }
+    res = _post(f"{url}/generate", body)
+    spec = parse_spec_meta(res["meta_info"], settings)
+    return res["output_ids"], (_unit(spec) if spec is not None else None)
+
+
+def split(url: str, prompt: list[int], output: list[int], limit: int, end: int, settings, rid):
+    """The output's reasoning tokens (through ``end``) and answer tokens, measured apart."""
+    cut = output.index(end) + 1
+    first, reasoning = _part(url, prompt, cut, settings, f"{rid}-reasoning")
+    parts, same = {"reasoning": reasoning}, first == output[:cut]
+    if cut < len(output):
+        rest, answer = _part(url, prompt + output[:cut], limit - cut, settings, f"{rid}-answer")
+        parts["answer"] = answer
+        same = same and rest == output[cut:]
+    return parts, same
+
+
+def main(url: str, validation: str, max_new: str, out: str, think_end: str = "") -> None:
     rows = [json.loads(x) for x in Path(validation).read_text().splitlines() if x.strip()]
     if not rows:
         raise SystemExit(f"{validation}: no held-out rows")
@@ -52,9 +87,21 @@ def main(url: str, validation: str, max_new: str, out: str) -> None:
         res = _post(f"{url}/generate", body)
         meta = res["meta_info"]
         spec = parse_spec_meta(meta, settings)
+        record = {"id": row["id"], "output_ids": res["output_ids"], "meta_info": meta}
         if spec is not None:
             stats.append(spec)
-        records.append({"id": row["id"], "output_ids": res["output_ids"], "meta_info": meta})
+            record["accept"] = _unit(spec)
+            if think_end and int(think_end) in res["output_ids"]:
+                record["split"], record["split_same_ids"] = split(
+                    url,
+                    body["input_ids"],
+                    res["output_ids"],
+                    int(max_new),
+                    int(think_end),
+                    settings,
+                    body["rid"],
+                )
+        records.append(record)
     summary = summarize(stats, settings.num_steps) if settings.is_speculating else None
     result = {
         "records": len(records),
@@ -69,4 +116,4 @@ def main(url: str, validation: str, max_new: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -7,8 +7,10 @@ modes.py heldout DIR                    the prompts all three exports hold out (
                                         rejected in one mode is left out of every mode, and
                                         counted), as DIR/heldout-{thinking,instant}.jsonl;
                                         the records carry the modes their config asked for
-modes.py table DIR                      DIR/table.json: accept length by draft and mode, the
-                                        eval's mode slices, the lossless check
+modes.py table DIR [SEEDS]              DIR/table.json: accept length by draft and mode (mean
+                                        ± sd over SEEDS, default "0", with intervals), the
+                                        mixture's difference per mode, the eval's mode slices,
+                                        the lossless check against transformers generate
 """
 
 import json
@@ -72,28 +74,32 @@ def heldout(folder: str) -> None:
     )
 
 
-def _mismatches(plain: dict, run: dict) -> int:
-    ids = {r["id"]: r["output_ids"] for r in plain["outputs"]}
-    return sum(ids.get(r["id"]) != r["output_ids"] for r in run["outputs"])
+def table(folder: str, seeds_text: str = "0") -> None:
+    from summary import difference, mismatches, spread  # trainers/lab/summary.py
 
-
-def table(folder: str) -> None:
-    root = Path(folder)
+    root, seeds = Path(folder), seeds_text.split()
     plain = {m: json.loads((root / f"plain-{m}.json").read_text()) for m in MODES}
+    reference = {m: json.loads((root / f"reference-{m}.json").read_text()) for m in MODES}
     mixed = _record_modes(root, "mixture")
-    by_mode, by_eval, rows, mismatches = {}, {}, [], 0
+    by_mode, by_eval, rows, lost, runs = {}, {}, [], 0, {}
     for data, name in DRAFTS.items():
-        train = json.loads((root / f"draft-{data}.train.json").read_text())
+        train = json.loads((root / f"draft-{data}-seed{seeds[0]}.train.json").read_text())
         rows_trained = _rows(root / f"export-{data}" / "speculators.jsonl")
         supervised = sum(sum(r["loss_mask"]) for r in rows_trained)
         row = {"draft": name, "trained_on": MIXES[data], **train, "train_tokens": supervised}
-        row["accept_length"], row["accept_rate"], row["lossless_mismatches"] = {}, {}, {}
+        row["accept_length"], row["accept_length_seeds"] = {}, {}
+        row["accept_rate"], row["lossless_mismatches"] = {}, {}
         for mode in MODES:
-            run = json.loads((root / f"draft-{data}-on-{mode}.json").read_text())
-            row["accept_length"][mode] = run["accept_length"]
-            row["accept_rate"][mode] = run["summary"]["accept_rate"]
-            row["lossless_mismatches"][mode] = _mismatches(plain[mode], run)
-            mismatches += row["lossless_mismatches"][mode]
+            rs = [
+                json.loads((root / f"draft-{data}-seed{s}-on-{mode}.json").read_text())
+                for s in seeds
+            ]
+            runs[name, mode] = rs
+            row["accept_length_seeds"][mode] = spread(rs)
+            row["accept_length"][mode] = row["accept_length_seeds"][mode]["mean"]
+            row["accept_rate"][mode] = rs[0]["summary"]["accept_rate"]
+            row["lossless_mismatches"][mode] = mismatches(reference[mode], rs)
+            lost += row["lossless_mismatches"][mode]
         evaluated = json.loads((root / f"eval-{data}.json").read_text())
         row["eval_mixture_by_mode"] = {
             mode: s["accept_length"] for mode, s in evaluated["slices"]["mode"].items()
@@ -101,24 +107,44 @@ def table(folder: str) -> None:
         by_mode[name] = row["accept_length"]
         by_eval[name] = row["eval_mixture_by_mode"]
         rows.append(row)
+    plain_lost = sum(mismatches(reference[m], [plain[m]]) for m in MODES)
     result = {
         "heldout_prompts": {m: plain[m]["records"] for m in MODES},
+        "seeds": [int(s) for s in seeds],
         "mixture": MIXES["mixture"],
         "mixture_records": {m: sum(v == m for v in mixed.values()) for m in MODES},
         "accept_length_by_mode": by_mode,
         "accept_length_eval_by_mode": by_eval,
-        "lossless_mismatches": mismatches,
+        "difference_mixture_minus_thinking_only": {
+            m: difference(runs["mixture", m], runs["thinking_only", m]) for m in MODES
+        },
+        "lossless_reference": "transformers generate (greedy), trainers/lab/reference.py",
+        "lossless_mismatches": lost + plain_lost,
+        "lossless_mismatches_plain": plain_lost,
         "modes_table": rows,
     }
     (root / "table.json").write_text(json.dumps(result, indent=1))
-    print(f"{'draft':<14} {'on thinking':>11} {'on instant':>10}  rows  tokens  steps  mismatches")
+    print(f"modes: {len(seeds)} seeds, mean ± sd [95 % CI]")
+    print(f"{'draft':<14} {'on thinking':<30} {'on instant':<30} rows  tokens  steps  mism.")
     for row in rows:
-        a = row["accept_length"]
+        a = row["accept_length_seeds"]
         print(
-            f"{row['draft']:<14} {a['thinking']:>11.3f} {a['instant']:>10.3f}  "
+            f"{row['draft']:<14} {_text(a['thinking']):<30} {_text(a['instant']):<30} "
             f"{row['train_rows']:>4}  {row['train_tokens']:>6}  {row['steps']:>5}  "
             f"{sum(row['lossless_mismatches'].values())}"
         )
+    for mode, d in result["difference_mixture_minus_thinking_only"].items():
+        print(f"mixture - thinking only, on {mode}: {_diff_text(d)}")
+
+
+def _text(s: dict) -> str:
+    return f"{s['mean']:.3f} ± {s['sd']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]"
+
+
+def _diff_text(d: dict | None) -> str:
+    if d is None:
+        return "-"
+    return f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] {d['verdict']}"
 
 
 if __name__ == "__main__":

@@ -1,18 +1,18 @@
 # Sourced by trainers/lab.sh: the modes table (issue #34, docs/modes-lab.md). Uses lab.sh's
-# WORK, PORT, SPEC, SPEC_FLAGS, TARGET_STEPS, DRAFT_STEPS, MAX_NEW, serve, stop_server, step,
-# train, last_ckpt. Everything lands in $WORK/modes/.
+# WORK, PORT, SPEC, SPEC_FLAGS, TARGET_STEPS, DRAFT_STEPS, MAX_NEW, SEEDS, SEED0, serve,
+# stop_server, step, train, last_ckpt. Everything lands in $WORK/modes/.
 #  1. A target that serves both of Kimi-K2.5's modes (make_target.py ... modes: each training
 #     answer in thinking and in instant mode), from the same corpus as the main target.
 #  2. Three generation runs of the lab prompts through the unchanged pipeline, one partition
 #     `lab` each, differing only in `partitions[].modes`: thinking (1.0), instant (1.0) and the
 #     declared mixture (thinking 0.5, instant 0.5). The held-out split is a hash of partition +
 #     line id, so the three exports hold out the same prompts.
-#  3. One draft on the thinking-only export and one on the mixture's, the same number of steps
-#     (the same compute: packed batches of the same size).
+#  3. One draft on the thinking-only export and one on the mixture's per seed of SEEDS, the
+#     same number of steps (the same compute: packed batches of the same size).
 #  4. Each draft measured (measure.py, temperature 0) on the held-out prompts in each mode:
 #     the prompts every export holds out (modes.py heldout), from the thinking export and from
-#     the instant one: the same prompts rendered in the two modes; the plain server's outputs
-#     for the lossless check; and
+#     the instant one: the same prompts rendered in the two modes; transformers generate's
+#     outputs for the lossless check (and the plain server's); and
 #     `eagle3-datagen eval` on the mixture dataset (its per-mode slices).
 MODES=$WORK/modes
 MIXES=(thinking instant mixture)
@@ -36,32 +36,41 @@ done
 stop_server
 uv run python trainers/lab/modes.py heldout "$MODES"
 
-for data in thinking mixture; do
-  step "modes: draft on the $data data ($DRAFT_STEPS steps)"
-  TRAIN_TARGET=$MODES/target train "mode-$data" "$MODES/export-$data" "$DRAFT_STEPS" \
-    "$(wc -l < "$MODES/export-$data/speculators.jsonl")"
-  mv "$WORK/selection/mode-$data.train.json" "$MODES/draft-$data.train.json"
+for seed in $SEEDS; do
+  for data in thinking mixture; do
+    step "modes: draft on the $data data, seed $seed ($DRAFT_STEPS steps)"
+    SEED=$seed TRAIN_TARGET=$MODES/target train "mode-$data-seed$seed" "$MODES/export-$data" \
+      "$DRAFT_STEPS" "$(wc -l < "$MODES/export-$data/speculators.jsonl")"
+    mv "$WORK/selection/mode-$data-seed$seed.train.json" "$MODES/draft-$data-seed$seed.train.json"
+  done
 done
 
-step "modes: held-out outputs without speculation, both modes"
+step "modes: references (transformers generate) and outputs without speculation, both modes"
 SERVE_TARGET=$MODES/target serve "$MODES/emulator-plain.log"
 for mode in thinking instant; do
+  "$SPEC" trainers/lab/reference.py "$MODES/target" "$MODES/heldout-$mode.jsonl" "$MAX_NEW" \
+    "$MODES/reference-$mode.json"
   uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" \
     "$MODES/heldout-$mode.jsonl" "$MAX_NEW" "$MODES/plain-$mode.json"
 done
 stop_server
-for data in thinking mixture; do
-  step "modes: held-out accept length in each mode, draft on the $data data"
-  SERVE_TARGET=$MODES/target serve "$MODES/emulator-draft-$data.log" "${SPEC_FLAGS[@]}" \
-    --speculative-draft-model-path "$(last_ckpt "$WORK/drafts/mode-$data")"
-  for mode in thinking instant; do
-    uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" \
-      "$MODES/heldout-$mode.jsonl" "$MAX_NEW" \
-      "$MODES/draft-$data-on-$mode.json"
+for seed in $SEEDS; do
+  for data in thinking mixture; do
+    step "modes: held-out accept length in each mode, draft on the $data data, seed $seed"
+    SERVE_TARGET=$MODES/target serve "$MODES/emulator-draft-$data-seed$seed.log" \
+      "${SPEC_FLAGS[@]}" \
+      --speculative-draft-model-path "$(last_ckpt "$WORK/drafts/mode-$data-seed$seed")"
+    for mode in thinking instant; do
+      uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" \
+        "$MODES/heldout-$mode.jsonl" "$MAX_NEW" \
+        "$MODES/draft-$data-seed$seed-on-$mode.json"
+    done
+    if [ "$seed" = "$SEED0" ]; then
+      uv run eagle3-datagen eval "$MODES/dataset-mixture" --server-url "http://127.0.0.1:$PORT" \
+        --validation 0.2 --min-records 10 --no-history --json "$MODES/eval-$data.json" \
+        > "$MODES/eval-$data.log" || { tail -20 "$MODES/eval-$data.log"; exit 1; }
+    fi
+    stop_server
   done
-  uv run eagle3-datagen eval "$MODES/dataset-mixture" --server-url "http://127.0.0.1:$PORT" \
-    --validation 0.2 --min-records 10 --no-history --json "$MODES/eval-$data.json" \
-    > "$MODES/eval-$data.log" || { tail -20 "$MODES/eval-$data.log"; exit 1; }
-  stop_server
 done
-uv run python trainers/lab/modes.py table "$MODES"
+uv run python trainers/lab/modes.py table "$MODES" "$SEEDS"

@@ -6,7 +6,14 @@ The original answer is the prompt file's last assistant message, tokenized by th
 (``</think>`` then the answer then ``<|im_end|>``: the template renders an answer without
 reasoning), which is what a trainer would make of the public dataset without regenerating it.
 
+With REASONING_JSONL (corpus.py's ``reasoning.jsonl``): the original answer carries another
+writer's reasoning, the control where both drafts see reasoning and only whose text it is
+differs. The template drops the reasoning of a finished assistant turn, so those ids are the
+prompt's (which end in ``<think>``) then the tokens of ``reasoning</think>answer<|im_end|>``, as
+a target's own output follows its prompt.
+
 usage: python original.py TOKENIZER_DIR PROMPTS_JSONL REGENERATED_EXPORT_DIR OUT_DIR
+                          [REASONING_JSONL]
 """
 
 import json
@@ -17,15 +24,19 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 
-def rows_for(tok, messages: dict[str, list], path: Path) -> list[dict]:
+def rows_for(tok, messages: dict[str, list], path: Path, thoughts: dict[str, str]) -> list[dict]:
     out = []
     for line in path.read_text().splitlines():
         row = json.loads(line)
         mask = row["loss_mask"]
         prompt = row["input_ids"][: mask.index(1)]
         conversation = messages[row["primary_id"]]
-        full = tok(tok.apply_chat_template(conversation, tokenize=False), add_special_tokens=False)
-        ids = full.input_ids
+        if thoughts:
+            text = f"{thoughts[row['primary_id']]}</think>{conversation[-1]['content']}<|im_end|>"
+            ids = prompt + tok(text, add_special_tokens=False).input_ids
+        else:
+            text = tok.apply_chat_template(conversation, tokenize=False)
+            ids = tok(text, add_special_tokens=False).input_ids
         if ids[: len(prompt)] != prompt:
             raise SystemExit(
                 f"{path}: {row['id']}: the original conversation's ids do not start "
@@ -41,8 +52,15 @@ def rows_for(tok, messages: dict[str, list], path: Path) -> list[dict]:
     return out
 
 
-def main(tokenizer_dir: str, prompts: str, regenerated: str, out_dir: str) -> None:
+def main(
+    tokenizer_dir: str, prompts: str, regenerated: str, out_dir: str, reasoning: str = ""
+) -> None:
     tok = AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=True)
+    thoughts = {}
+    if reasoning:
+        for line in Path(reasoning).read_text().splitlines():
+            rec = json.loads(line)
+            thoughts[rec["id"]] = rec["reasoning"]
     messages = {}
     for line in Path(prompts).read_text().splitlines():
         rec = json.loads(line)
@@ -51,7 +69,7 @@ def main(tokenizer_dir: str, prompts: str, regenerated: str, out_dir: str) -> No
     out.mkdir(parents=True, exist_ok=True)
     tokens = 0
     for name in ("speculators.jsonl", "speculators.validation.jsonl"):
-        rows = rows_for(tok, messages, Path(regenerated) / name)
+        rows = rows_for(tok, messages, Path(regenerated) / name, thoughts)
         tokens += sum(sum(r["loss_mask"]) for r in rows)
         with (out / name).open("w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
@@ -60,4 +78,4 @@ def main(tokenizer_dir: str, prompts: str, regenerated: str, out_dir: str) -> No
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

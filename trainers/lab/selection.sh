@@ -1,19 +1,21 @@
 # Sourced by trainers/lab.sh after its drafts are measured: the selection table (issue #35,
 # docs/selection-lab.md). Uses lab.sh's WORK, PORT, SPEC_FLAGS, HELDOUT, DRAFT_STEPS, MAX_NEW,
-# serve, stop_server, step, train, last_ckpt; sets SELECTION_ROWS.
+# SEEDS, SEED0, serve, stop_server, step, train, last_ckpt.
 #  1. The incumbent draft is the one trained on the ORIGINAL answers (what one had before
 #     regenerating). The lab prompts are generated again with the emulator speculating with it
 #     and `logprobs: {top_k: 8}` on: every record gets the spec_* columns and the target's
 #     logprobs. Lossless at temperature 0, so the output ids must equal the plain run's
 #     (checked); only the columns are new.
-#  2. `eagle3-datagen select --keep 0.5 --seed 0` by each rule, and a second random seed for
-#     the noise; each exported with the same --validation 0.2 (a conversation's side is a hash
+#  2. `eagle3-datagen select --keep K --seed S` by each rule (LAB_SELECTION_RULES), for each
+#     keep fraction K (LAB_SELECTION_KEEPS, default 0.5) and seed S of SEEDS (the draft trains
+#     with the same seed: initialisation and batch order; random's subset moves with it too);
+#     each exported with the same --validation 0.2 (a conversation's side is a hash
 #     of its key, so a selection's training rows are full training rows: checked).
 #  3. One draft per selection for the same number of epochs as the full-data draft (steps in
 #     proportion to training tokens), measured on the FULL export's held-out prompts.
 step "scored run: the prompts again, speculating with the original draft, logprobs top 8"
 serve "$WORK/emulator-scored.log" "${SPEC_FLAGS[@]}" \
-  --speculative-draft-model-path "$(last_ckpt "$WORK/drafts/original")"
+  --speculative-draft-model-path "$(last_ckpt "$WORK/drafts/original-seed$SEED0")"
 sed 's#tier: LAB}#tier: LAB, logprobs: {top_k: 8}}#' "$WORK/lab.yaml" > "$WORK/lab-scored.yaml"
 uv run eagle3-datagen run "$WORK/lab-scored.yaml" --server-url "http://127.0.0.1:$PORT" \
   --output "$WORK/dataset-scored" > "$WORK/run-scored.log" 2>&1 \
@@ -23,25 +25,27 @@ uv run python trainers/lab/selection.py same-ids "$WORK/dataset" "$WORK/dataset-
 # The same prompts: the same held-out split (select never ranks it; each selection keeps it).
 cp "$WORK/dataset/split.json" "$WORK/dataset-scored/split.json"
 
-SELECTION_ROWS=full
-ln -sf "$WORK/measure-regenerated.json" "$WORK/selection/full.json"
-for row in ${LAB_SELECTION_ROWS:-flatness:0 deviation:0 acceptance:0 random:0 random:1}; do
-  rule=${row%:*} seed=${row#*:} name=${row%:0}
-  name=${name/:/-seed}
-  step "selection $name: --by $rule --keep 0.5 --seed $seed"
-  uv run eagle3-datagen select "$WORK/dataset-scored" --by "$rule" --keep 0.5 --seed "$seed" \
-    --output "$WORK/select/$name" | tail -2
-  uv run eagle3-datagen export "$WORK/select/$name" --format speculators --validation 0.2 \
-    --max-length 2048 --output "$WORK/sel-$name/speculators.jsonl" | tail -1
-  steps=$(uv run python trainers/lab/selection.py steps "$WORK/regenerated" "$WORK/sel-$name" \
-    "$DRAFT_STEPS" | tail -1)
-  train "sel-$name" "$WORK/sel-$name" "$steps" "$(wc -l < "$WORK/sel-$name/speculators.jsonl")"
-  mv "$WORK/selection/sel-$name.train.json" "$WORK/selection/$name.train.json"
-  serve "$WORK/emulator-sel-$name.log" "${SPEC_FLAGS[@]}" \
-    --speculative-draft-model-path "$(last_ckpt "$WORK/drafts/sel-$name")"
-  uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
-    "$WORK/selection/$name.json"
-  stop_server
-  SELECTION_ROWS="$SELECTION_ROWS $name"
+for keep in ${LAB_SELECTION_KEEPS:-0.5}; do
+  for rule in ${LAB_SELECTION_RULES:-flatness deviation acceptance random}; do
+    row=$rule
+    [ "$keep" = 0.5 ] || row=$rule@$keep
+    for seed in $SEEDS; do
+      name=$row-seed$seed dir=sel-${row/@/-keep}-seed$seed
+      step "selection $name: --by $rule --keep $keep --seed $seed, draft seed $seed"
+      uv run eagle3-datagen select "$WORK/dataset-scored" --by "$rule" --keep "$keep" \
+        --seed "$seed" --output "$WORK/select/$dir" | tail -2
+      uv run eagle3-datagen export "$WORK/select/$dir" --format speculators --validation 0.2 \
+        --max-length 2048 --output "$WORK/$dir/speculators.jsonl" | tail -1
+      steps=$(uv run python trainers/lab/selection.py steps "$WORK/regenerated" "$WORK/$dir" \
+        "$DRAFT_STEPS" | tail -1)
+      SEED=$seed train "$dir" "$WORK/$dir" "$steps" "$(wc -l < "$WORK/$dir/speculators.jsonl")"
+      mv "$WORK/selection/$dir.train.json" "$WORK/selection/$name.train.json"
+      serve "$WORK/emulator-$dir.log" "${SPEC_FLAGS[@]}" \
+        --speculative-draft-model-path "$(last_ckpt "$WORK/drafts/$dir")"
+      uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
+        "$WORK/selection/$name.json"
+      stop_server
+    done
+  done
 done
-mv "$WORK/selection/regenerated.train.json" "$WORK/selection/full.train.json"
+cp "$WORK/selection/regenerated-seed$SEED0.train.json" "$WORK/selection/full.train.json"
