@@ -21,8 +21,9 @@ from prefect.runtime import flow_run as current_run
 from eagle3_datagen.errors import EvalGateFailed
 from eagle3_datagen.evaluate.records import MIN_RECORDS
 from eagle3_datagen.evaluate.run import EvalOptions, evaluate
+from eagle3_datagen.provenance import EMULATOR
 from eagle3_datagen.report.history import EVAL_COLUMNS, eval_rows, history_text, read_history
-from eagle3_datagen.report.ui import eval_run_name, keeps_name
+from eagle3_datagen.report.ui import eval_description, eval_markdown, eval_run_name, keeps_name
 from eagle3_datagen_flows import expected_failures
 
 FLOW_NAME = "eagle3-datagen-eval"
@@ -78,17 +79,11 @@ async def datagen_eval(
         logger.info(line)
     evals = eval_rows(read_history(dataset))[-EVALS_SHOWN:]
     table = history_text(evals, EVAL_COLUMNS).splitlines() if evals else []
+    emulated = result.data["server"].get("kind") == EMULATOR
     await acreate_markdown_artifact(
         key="eval",
-        markdown=f"**{result.verdict}**\n\n"
-        + "\n".join(f"    {line}" for line in lines)
-        + (
-            f"\n\nThe dataset's evals (`eagle3-datagen history {dataset} --evals`):\n\n"
-            + "\n".join(f"    {line}" for line in table)
-            if table
-            else ""
-        ),
-        description=result.verdict,
+        markdown=eval_markdown(result.verdict, lines, table, dataset, emulated=emulated),
+        description=eval_description(result.verdict, emulated=emulated),
     )
     if not result.ok:
         raise EvalGateFailed(f"eval gate failed: {result.reason}")

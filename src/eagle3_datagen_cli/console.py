@@ -4,8 +4,8 @@ line.
 Prefect logs every failed task and flow with its traceback (a batch that failed is four levels
 deep), to the terminal and to the API alike. A person at a terminal needs what happened, one
 line each, and the run's reason as the last line; the tracebacks stay in the flow run's log on
-the Prefect API (the UI's Logs tab, ``prefect flow-run logs <id>``), which formats each record
-with its own handler before the console sees it.
+the Prefect API (the UI's Logs tab, ``uv run prefect flow-run logs <id>``), which formats each
+record with its own handler before the console sees it.
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def _failed(state: Any) -> str:
 
     reason = failure_reason(state.message, state.type.value)
     run_id = state.state_details.flow_run_id
-    return one_line(f"{reason} (log: prefect flow-run logs {run_id})" if run_id else reason)
+    return one_line(f"{reason} (log: uv run prefect flow-run logs {run_id})" if run_id else reason)
 
 
 def _quiet_interrupts(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

@@ -60,7 +60,7 @@ def test_failures_reads_the_local_database_a_run_left(tmp_path: Path) -> None:
     assert not [line for line in lines if "Traceback" in line or line.startswith("  File ")]
     reason = f"server at {dead} not healthy after "  # 2 s, or 3 on a loaded machine
     assert lines[-1].startswith(f"eagle3-datagen: run failed: {reason}"), lines[-3:]
-    assert "(log: prefect flow-run logs " in lines[-1], lines[-3:]
+    assert "(log: uv run prefect flow-run logs " in lines[-1], lines[-3:]
     # ... and `failures` reads it back: which database, the run, its reason; no traceback, no
     # "database is locked" (Prefect's telemetry on the same database).
     out = _cli(home, "failures")

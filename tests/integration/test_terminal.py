@@ -62,7 +62,7 @@ def _run(tmp_path: Path, config: dict[str, Any], *args: str) -> tuple[int, list[
 
 
 def _log_id(last_line: str) -> str:
-    found = re.search(r"\(log: prefect flow-run logs ([0-9a-f-]{36})\)$", last_line)
+    found = re.search(r"\(log: uv run prefect flow-run logs ([0-9a-f-]{36})\)$", last_line)
     assert found, last_line
     return found.group(1)
 

@@ -51,5 +51,16 @@ def test_each_bad_image_kind_is_named(tmp_path: Path, make: object, reason: str)
     (tmp_path / "big.png").write_bytes(_png(8, 8) + b"\0" * 2000)
     (tmp_path / "pic.bmp").write_bytes(_png(8, 8, "BMP"))
     ref = make(tmp_path)  # type: ignore[operator]
-    with pytest.raises(BadImage, match=reason):
+    with pytest.raises(BadImage, match=reason) as caught:
         read_image_ref(ref, tmp_path, max_bytes=1000)
+    assert "<_io." not in str(caught.value), caught.value  # no Python repr in a reject's reason
+
+
+def test_an_unreadable_image_names_its_file_and_why(tmp_path: Path) -> None:
+    (tmp_path / "not-an-image.png").write_text("hello", encoding="utf-8")
+    with pytest.raises(BadImage) as caught:
+        read_image_ref("not-an-image.png", tmp_path)
+    assert str(caught.value) == (
+        f"unreadable image: {tmp_path / 'not-an-image.png'}: not an image in a format Pillow "
+        "reads (5 bytes)"
+    )

@@ -10,6 +10,8 @@ from eagle3_datagen.report.progress import Progress
 from eagle3_datagen.report.throughput import RunMeter, ThroughputChange
 from eagle3_datagen.report.ui import (
     batch_failure_message,
+    eval_description,
+    eval_markdown,
     failed_batch_row,
     format_duration,
     progress_percent,
@@ -194,4 +196,29 @@ def test_a_cancelled_run_reads_as_cancelled_not_as_a_signal_number(tmp_path) -> 
     rows = summary_rows(str(tmp_path), ["a", "b", "c"], {"c"}, errors, RunMeter())
     assert [r["status"] for r in rows] == ["cancelled", "failed", "completed"]
     assert "15" not in rows[0]["error"] and rows[0]["error"].startswith("cancelled: ")
+    assert len(rows[0]["error"]) <= 40  # the summary's error column fits at 1400 px
     assert summary_description(rows, "/out").endswith("; CANCELLED: a; FAILED: b")
+
+
+def test_eval_artifact_leads_with_the_verdict_and_wraps_its_result() -> None:
+    """Its verdict is the first line; the result is a list (a code block's long lines run
+    off-screen at 1400 px), slices nested, names shown as written; the emulator is said."""
+    lines = [
+        "eval of 7 held-out records (7 conversations; ...) on http://127.0.0.1:1, split ab",
+        "accept length 2.374 [2.125, 2.5192] (tokens per verify step; ...)",
+        "  by partition: demo_short: 2.374 (7)",
+        "  by output_length: <128: 2.2614 (6)",
+        "gate passed: no baseline to compare with",
+    ]
+    table = ["eval started (UTC)  draft  gate", "2026-12-05 01:52    /d     passed"]
+    text = eval_markdown(lines[-1], lines, table, "/data/x", emulated=True).splitlines()
+    assert text[0] == "**gate passed: no baseline to compare with**"
+    assert "EMULATED: the bundled SGLang emulator answered" in text[2]
+    assert "- accept length 2.374 \\[2.125, 2.5192\\] (tokens per verify step; ...)" in text
+    assert "    - by partition: demo\\_short: 2.374 (7)" in text
+    assert "    - by output\\_length: \\<128: 2.2614 (6)" in text
+    assert text[-2:] == [f"    {row}" for row in table]  # the narrow table stays aligned
+    assert not any(line.startswith("    eval of") for line in text)
+    verdict = "gate failed: accept length dropped"
+    assert eval_description(verdict, emulated=False) == verdict
+    assert eval_description(verdict, emulated=True).startswith(f"{verdict}; EMULATED: ")

@@ -50,6 +50,7 @@ def read_image_ref(url: str, base_dir: Path, max_bytes: int = MAX_IMAGE_BYTES) -
     """Reads a local path (relative to ``base_dir``), ``file://`` URL or ``data:`` URI."""
     if url.startswith("data:"):
         data = _decode_data_uri(url)
+        source = "data URI"
     else:
         if url.startswith(("http://", "https://")):
             raise BadImage(f"remote image URLs are not fetched: {url[:80]}")
@@ -62,13 +63,14 @@ def read_image_ref(url: str, base_dir: Path, max_bytes: int = MAX_IMAGE_BYTES) -
             if size > max_bytes:
                 raise BadImage(f"image too large: {path} is {size} bytes (limit {max_bytes})")
             data = path.read_bytes()
+            source = str(path)
         except FileNotFoundError:
             raise BadImage(f"image not found: {path}") from None
         except OSError as err:
             raise BadImage(f"cannot read image {path}: {err.strerror or err}") from None
     if len(data) > max_bytes:
         raise BadImage(f"image too large: {len(data)} bytes (limit {max_bytes})")
-    return _check_image(data)
+    return _check_image(data, source)
 
 
 def _decode_data_uri(url: str) -> bytes:
@@ -81,7 +83,8 @@ def _decode_data_uri(url: str) -> bytes:
         raise BadImage("data URI is not valid base64") from None
 
 
-def _check_image(data: bytes) -> LoadedImage:
+def _check_image(data: bytes, source: str) -> LoadedImage:
+    """``source`` (the path, or ``data URI``) names the image in a reject's reason."""
     try:
         with Image.open(io.BytesIO(data)) as image:
             fmt, (width, height) = image.format or "?", image.size
@@ -92,8 +95,13 @@ def _check_image(data: bytes) -> LoadedImage:
             image.load()
     except BadImage:
         raise
-    except (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError) as err:
-        raise BadImage(f"unreadable image: {err}") from None
+    except UnidentifiedImageError:
+        # PIL's own message names its BytesIO buffer (``<_io.BytesIO object at 0x...>``).
+        raise BadImage(
+            f"unreadable image: {source}: not an image in a format Pillow reads ({len(data)} bytes)"
+        ) from None
+    except (OSError, SyntaxError, Image.DecompressionBombError) as err:
+        raise BadImage(f"unreadable image: {source}: {err}") from None
     return LoadedImage(data, hashlib.sha256(data).hexdigest(), width, height, fmt)
 
 

@@ -169,6 +169,39 @@ def summary_description(
     return head + (f"; FAILED: {', '.join(failed)}" if failed else "")
 
 
+EVAL_EMULATED = "EMULATED: the bundled SGLang emulator answered, not SGLang (test figures)"
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|])")
+
+
+def _markdown_text(line: str) -> str:
+    """``line`` as literal markdown text: paths' underscores and ``<128`` shown as written."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", line)
+
+
+def eval_description(verdict: str, *, emulated: bool) -> str:
+    """The eval artifact's description: the gate's verdict first, then whether the emulator
+    answered (the Artifacts page shows only this line)."""
+    return f"{verdict}; {EVAL_EMULATED}" if emulated else verdict
+
+
+def eval_markdown(
+    verdict: str, lines: list[str], evals_table: list[str], dataset: str, *, emulated: bool
+) -> str:
+    """The eval artifact: the verdict as its first line, then the result as a list that wraps
+    (a code block's long lines run off-screen at 1400 px), the ``by ...`` slices nested, then
+    the dataset's evals as ``history --evals`` prints them (a narrow table, kept aligned)."""
+    out = [f"**{_markdown_text(verdict)}**", ""]
+    if emulated:
+        out += [_markdown_text(EVAL_EMULATED), ""]
+    for line in lines:
+        indent = "    " if line.startswith("  ") else ""
+        out.append(f"{indent}- {_markdown_text(line.strip())}")
+    if evals_table:
+        out += ["", f"The dataset's evals (`eagle3-datagen history {dataset} --evals`):", ""]
+        out += [f"    {line}" for line in evals_table]
+    return "\n".join(out)
+
+
 def throughput_markdown(change: ThroughputChange, run_name: str) -> str:
     """The alarm artifact: what dipped, by how much, and what to look at."""
     if change.kind == "recovered":
@@ -243,7 +276,7 @@ def stopped_reason(err: BaseException, *, cancelled: bool = False) -> str:
     """Why partitions that had not finished when the run stopped did not finish; a run that
     was cancelled (from the UI, Ctrl-C, SIGTERM) says so, not the signal's number."""
     if cancelled:
-        return f"{CANCELLED}: the run was stopped before this partition finished"
+        return f"{CANCELLED}: a rerun finishes it"
     return f"run stopped before it finished: {str(err) or type(err).__name__}"
 
 
