@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class StrictModel(BaseModel):
     """Strict base: unknown keys are typos, and typos in a 100k-prompt run are expensive."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# Bounds that many keys share, named once so a key's type says what its value is.
+Seconds = Annotated[float, Field(ge=0)]
+"""A wait or a warm-up in seconds; 0 means none."""
+PositiveSeconds = Annotated[float, Field(gt=0)]
+"""A deadline or a period in seconds; 0 would never wait or never tick."""
+Count = Annotated[int, Field(ge=1)]
+"""How many of something, at least one."""

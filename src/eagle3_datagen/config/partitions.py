@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from eagle3_datagen.config.base import StrictModel
+from eagle3_datagen.config.base import Count, StrictModel
 
 MODE_SHARE_SLACK = 1e-6  # a mixture's shares sum to 1 within this
 AUTO_PARTITION_CAP = 1024  # a tier with concurrency "auto" never has more in flight
@@ -27,8 +27,8 @@ class Tier(StrictModel):
         "in flight from the server's own load (SGLang's /metrics), shared fairly by the "
         "partitions on the server (server.auto_concurrency).",
     )
-    max_tokens: int = Field(
-        title="Max new tokens", ge=1, description="max_new_tokens for every request of the tier."
+    max_tokens: Count = Field(
+        title="Max new tokens", description="max_new_tokens for every request of the tier."
     )
 
     @property

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from eagle3_datagen.config.base import StrictModel
+from eagle3_datagen.config.base import PositiveSeconds, Seconds, StrictModel
 
 
 class ValidationPolicy(StrictModel):
@@ -35,11 +35,11 @@ class RetryPolicy(StrictModel):
         le=100,
         description="Tries per request, first included.",
     )
-    backoff_initial_s: float = Field(
-        title="Initial backoff (s)", default=1.0, ge=0.0, description="First backoff; doubles."
+    backoff_initial_s: Seconds = Field(
+        title="Initial backoff (s)", default=1.0, description="First backoff; doubles."
     )
-    backoff_max_s: float = Field(
-        title="Max backoff (s)", default=60.0, ge=0.0, description="Backoff cap (jitter added)."
+    backoff_max_s: Seconds = Field(
+        title="Max backoff (s)", default=60.0, description="Backoff cap (jitter added)."
     )
     batch_retries: int = Field(
         default=2,
@@ -78,21 +78,18 @@ class ThroughputAlarm(StrictModel):
         title="Alarm ratio",
         description="Alarm when the windowed rate falls below expected x this ratio.",
     )
-    warmup_s: float = Field(
+    warmup_s: Seconds = Field(
         default=300.0,
-        ge=0,
         title="Warm-up (s)",
         description="No alarm this long after generation starts (caches fill, slots ramp up).",
     )
-    window_s: float = Field(
+    window_s: PositiveSeconds = Field(
         default=120.0,
-        gt=0,
         title="Window (s)",
         description="The rate is averaged over this trailing window.",
     )
-    probe_s: float = Field(
+    probe_s: Seconds = Field(
         default=300.0,
-        ge=0,
         title="Probe (s)",
         description="Without an expected rate: measure the run's own rate over this long after "
         "the warm-up and use it as the alarm's baseline; 0 turns the alarm off.",

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from eagle3_datagen.config.base import StrictModel
+from eagle3_datagen.config.base import Count, PositiveSeconds, StrictModel
 
 # The seed's production server: python -m sglang.launch_server ... (docs/contract.md)
 DEFAULT_TP_SIZE = 8
@@ -31,16 +31,15 @@ def names_reasoning_parser(arg: str) -> bool:
 class AutoConcurrency(StrictModel):
     """The controller behind ``concurrency: auto``: limits and pace, shared by all its tiers."""
 
-    initial: int = Field(
-        default=64, ge=1, title="Initial", description="Requests in flight (server-wide) at start."
+    initial: Count = Field(
+        default=64, title="Initial", description="Requests in flight (server-wide) at start."
     )
-    minimum: int = Field(default=4, ge=1, title="Minimum", description="Never fewer in flight.")
-    maximum: int = Field(
-        default=2048, ge=1, title="Maximum", description="Never more in flight (server-wide)."
+    minimum: Count = Field(default=4, title="Minimum", description="Never fewer in flight.")
+    maximum: Count = Field(
+        default=2048, title="Maximum", description="Never more in flight (server-wide)."
     )
-    interval_s: float = Field(
+    interval_s: PositiveSeconds = Field(
         default=2.0,
-        gt=0,
         title="Interval (s)",
         description="How often the server's load is read and the limit adjusted.",
     )
@@ -59,11 +58,9 @@ class SpeculativeSpec(StrictModel):
         description="--speculative-draft-model-path: the draft checkpoint directory (checked "
         "before launch: readable, and its vocabulary and hidden size fit the target's).",
     )
-    num_steps: int = Field(
-        default=3, ge=1, title="Draft steps", description="--speculative-num-steps."
-    )
-    eagle_topk: int = Field(
-        default=1, ge=1, title="Draft top-k", description="--speculative-eagle-topk."
+    num_steps: Count = Field(default=3, title="Draft steps", description="--speculative-num-steps.")
+    eagle_topk: Count = Field(
+        default=1, title="Draft top-k", description="--speculative-eagle-topk."
     )
     num_draft_tokens: int | None = Field(
         default=None,
@@ -111,8 +108,9 @@ class LaunchFlags(StrictModel):
         ge=0,
         description="--hicache-size",
     )
-    num_continuous_decode_steps: int = Field(
-        title="Continuous decode steps", default=DEFAULT_CONTINUOUS_DECODE_STEPS, ge=1
+    num_continuous_decode_steps: Count = Field(
+        title="Continuous decode steps",
+        default=DEFAULT_CONTINUOUS_DECODE_STEPS,
     )
     random_seed: int = Field(
         title="Random seed",
@@ -132,10 +130,9 @@ class ServerLimits(StrictModel):
     """What the run asks of the server at most: requests and tokens in flight across every
     partition, and how long a start and a request may take."""
 
-    startup_timeout_s: float = Field(
+    startup_timeout_s: PositiveSeconds = Field(
         title="Startup timeout (s)",
         default=3600.0,
-        gt=0,
         description="Health-gate deadline; a 1T model loads for tens of minutes.",
     )
     max_requests_in_flight: int | None = Field(
@@ -152,10 +149,9 @@ class ServerLimits(StrictModel):
         description="Server-wide cap on prompt + max_tokens summed over requests in flight, "
         "i.e. KV cache reserved; keeps a LONG tier from crowding out the others. None: no cap.",
     )
-    request_timeout_s: float = Field(
+    request_timeout_s: PositiveSeconds = Field(
         title="Request timeout (s)",
         default=1800.0,
-        gt=0,
         description="Per-request timeout; a 16k-token generation takes minutes.",
     )
 
@@ -163,10 +159,9 @@ class ServerLimits(StrictModel):
 class Recovery(StrictModel):
     """When a server counts as lost, and how the run gets it back (launch mode relaunches it)."""
 
-    lost_after_failures: int = Field(
+    lost_after_failures: Count = Field(
         title="Failures before 'lost'",
         default=5,
-        ge=1,
         description="Consecutive connection failures that mean 'server lost'.",
     )
     max_relaunches: int = Field(
@@ -175,10 +170,9 @@ class Recovery(StrictModel):
         ge=0,
         description="Launch mode: relaunches of a lost server before giving up.",
     )
-    recovery_check_s: float = Field(
+    recovery_check_s: PositiveSeconds = Field(
         title="Recovery wait (s)",
         default=60.0,
-        gt=0,
         description="How long a lost server may take to answer again.",
     )
 

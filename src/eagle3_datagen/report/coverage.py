@@ -246,31 +246,6 @@ def _add_languages(mix: Mix, ds: DatasetDir, paths: list[Path], sample: int) -> 
         mix.language_sample += len(take)
 
 
-def read_mix(
-    root: str | Path,
-    profile: ServingProfile | None = None,
-    *,
-    partitions: list[str] | None = None,
-    language_sample: int = LANGUAGE_SAMPLE,
-) -> Mix:
-    """The mix of a finished dataset's committed records (``partitions``: only these)."""
-    ds = DatasetDir(root)
-    mix = Mix()
-    paths: list[Path] = []
-    known = ds.partitions()
-    unknown = sorted(set(partitions or ()) - set(known))
-    if unknown:
-        raise DatasetError(f"{ds.root}: no partition {', '.join(unknown)}; it has {known}")
-    for name in partitions or known:
-        shards, _ = ds.shards(name)
-        paths += [s.path for s in shards]
-    for path in paths:
-        _add_shard(mix, path, profile)
-    if paths and language_sample:
-        _add_languages(mix, ds, paths, language_sample)
-    return mix
-
-
 def compare(mix: Mix, profile: ServingProfile | None) -> Coverage:
     """The table: per dimension, the profile's shares beside the data's, flagged rows."""
     rows: list[Row] = []
@@ -320,8 +295,22 @@ def dataset_coverage(
     partitions: list[str] | None = None,
     language_sample: int = LANGUAGE_SAMPLE,
 ) -> Coverage:
-    """Read ``root`` and compare it with ``profile`` (None: the data's own mix)."""
-    mix = read_mix(root, profile, partitions=partitions, language_sample=language_sample)
+    """Read the mix of a finished dataset's committed records (``partitions``: only these) and
+    compare it with ``profile`` (None: the data's own mix)."""
+    ds = DatasetDir(root)
+    mix = Mix()
+    paths: list[Path] = []
+    known = ds.partitions()
+    unknown = sorted(set(partitions or ()) - set(known))
+    if unknown:
+        raise DatasetError(f"{ds.root}: no partition {', '.join(unknown)}; it has {known}")
+    for name in partitions or known:
+        shards, _ = ds.shards(name)
+        paths += [s.path for s in shards]
+    for path in paths:
+        _add_shard(mix, path, profile)
+    if paths and language_sample:
+        _add_languages(mix, ds, paths, language_sample)
     return compare(mix, profile)
 
 

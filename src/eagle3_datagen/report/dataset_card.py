@@ -361,18 +361,6 @@ def card_text(
     return f"---\n{header}---\n\n" + "\n\n".join(body) + "\n"
 
 
-def write_dataset_card(
-    output_dir: str | Path,
-    manifest: dict[str, Any],
-    pictures: list[PartitionPicture],
-    coverage: Coverage | None = None,
-) -> Path:
-    """Write ``<output_dir>/README.md`` (atomically) and return its path."""
-    path = Path(output_dir) / CARD
-    atomic_write_bytes(path, card_text(output_dir, manifest, pictures, coverage).encode())
-    return path
-
-
 def refresh_dataset_card(
     output_dir: str | Path,
     manifest: dict[str, Any],
@@ -381,16 +369,18 @@ def refresh_dataset_card(
 ) -> dict[str, PartitionPicture]:
     """Picture every partition of the manifest from disk and rewrite the card; return them.
 
-    Both the one-node flow and the fan-out call this once their manifest is final, so the card
-    always describes the whole directory, whichever run wrote it last. ``coverage`` (already
-    read, e.g. for an artifact) or else one read here against ``profile`` goes in its section.
+    The card is ``<output_dir>/README.md``, written atomically. Both the one-node flow and the
+    fan-out call this once their manifest is final, so the card always describes the whole
+    directory, whichever run wrote it last. ``coverage`` (already read, e.g. for an artifact) or
+    else one read here against ``profile`` goes in its section.
     """
     pictures = {
         name: partition_picture(output_dir, name) for name in manifest.get("partitions", {})
     }
     if coverage is None:
         coverage = card_coverage(output_dir, profile)
-    write_dataset_card(output_dir, manifest, list(pictures.values()), coverage)
+    text = card_text(output_dir, manifest, list(pictures.values()), coverage)
+    atomic_write_bytes(Path(output_dir) / CARD, text.encode())
     return pictures
 
 

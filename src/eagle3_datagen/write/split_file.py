@@ -17,7 +17,7 @@ prompts or more evaluates, and the demo (84 records) is refused with the reason.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -58,29 +58,19 @@ class SplitChoice:
     recorded: bool = False  # read from split.json (False: new, written on success)
 
 
-@dataclass(slots=True)
-class _Recorded:
-    validation: float
-    seed: int
-    id: str
-    created: str
-    held_out: list[Key] = field(default_factory=list)
-    moved: list[Key] = field(default_factory=list)
-
-
 def split_path(root: str | Path) -> Path:
     return Path(root) / SPLIT_FILE
 
 
-def _keys(value: Any, path: Path, name: str) -> list[Key]:
+def _keys(value: Any, path: Path, name: str) -> frozenset[Key]:
     if not isinstance(value, list) or not all(
         isinstance(k, list) and len(k) == 2 and all(isinstance(x, str) for x in k) for k in value
     ):
         raise DatasetError(f"{path}: {name} must be a list of [partition, conversation_id]")
-    return [(k[0], k[1]) for k in value]
+    return frozenset((k[0], k[1]) for k in value)
 
 
-def _read(root: str | Path) -> _Recorded | None:
+def _read(root: str | Path) -> SplitChoice | None:
     path = split_path(root)
     try:
         data = orjson.loads(path.read_bytes())
@@ -89,13 +79,14 @@ def _read(root: str | Path) -> _Recorded | None:
     except (OSError, orjson.JSONDecodeError) as err:
         raise DatasetError(f"{path}: cannot read the dataset's split: {err}") from None
     try:
-        return _Recorded(
+        return SplitChoice(
             validation=float(data["validation"]),
             seed=int(data["seed"]),
             id=str(data["id"]),
             created=str(data["created"]),
-            held_out=_keys(data["held_out"], path, "held_out"),
-            moved=_keys(data["moved_to_train"], path, "moved_to_train"),
+            held_before=_keys(data["held_out"], path, "held_out"),
+            moved_before=_keys(data["moved_to_train"], path, "moved_to_train"),
+            recorded=True,
         )
     except (KeyError, TypeError, ValueError) as err:
         raise DatasetError(f"{path}: not a split file (missing or bad {err})") from None
@@ -132,15 +123,7 @@ def choose_split(
                 f"validation {rec.validation}, seed {rec.seed}, id {rec.id}); leave them out to "
                 f"use it, or pass --resplit to re-split on purpose: {RESPLIT_COST}"
             )
-        return SplitChoice(
-            rec.validation,
-            rec.seed,
-            rec.id,
-            rec.created,
-            frozenset(rec.held_out),
-            frozenset(rec.moved),
-            recorded=True,
-        )
+        return rec
     fraction = DEFAULT_VALIDATION if validation is None else validation
     chosen_seed = DEFAULT_SEED if seed is None else seed
     created = datetime.now(UTC).isoformat(timespec="seconds")
