@@ -186,14 +186,16 @@ class Eagle3Chain:
         start, cache = 0, None
         if self._memo is not None:
             old_ids, old_n, old_cache = self._memo
-            if old_n <= n and ids[: old_n + 1] == old_ids:
-                start, cache = old_n, old_cache
+            if 0 < n and old_n <= n and ids[: old_n + 1] == old_ids:
+                # at least the last position runs again: it is the one that proposes (a new
+                # request repeating the previous one's prompt has no new position at all)
+                start, cache = min(old_n, n - 1), old_cache
                 cache.crop(start)
         if cache is None:
             cache = DynamicCache()
         with torch.no_grad():
             hidden = m.fc(self._features(aux[start:].unsqueeze(0)))
-            tokens = torch.tensor([ids[start + 1 : n + 1]])
+            tokens = torch.tensor([ids[start + 1 : n + 1]], dtype=torch.long)
             positions = torch.arange(start + 1, n + 1).unsqueeze(0)
             mask = None
             if start > 0 and n - start > 1:  # causal over the cached and the new positions
