@@ -123,6 +123,12 @@ class Eagle3Chain:
         self.rejection_sampling = rejection_sampling
         self._memo: tuple[list[int], int, Any] | None = None  # (ids, positions, step-0 cache)
         self.model = Eagle3DraftModel.from_pretrained(str(path), dtype=torch.float32).eval()
+        # Step 0's keys are kept between verify steps only where the draft's attention takes a
+        # plain causal mask over the cached and new positions (sdpa, eager); speculators' flex
+        # attention wants a BlockMask, so such a draft runs step 0 whole, as without the memo.
+        layer_config = getattr(self.model.config, "transformer_layer_config", None)
+        impl = getattr(layer_config, "_attn_implementation", None)
+        self._keeps_step0 = impl in ("sdpa", "eager")
         d2t = getattr(self.model, "d2t", None)
         n = self.model.lm_head.weight.shape[0]
         base = torch.arange(n)
@@ -184,9 +190,9 @@ class Eagle3Chain:
         # fixed), so its keys stay in the draft's cache from the previous verify step of the
         # same sequence; only the new positions run (the chain's own entries are cropped).
         start, cache = 0, None
-        if self._memo is not None:
+        if self._memo is not None and self._keeps_step0:
             old_ids, old_n, old_cache = self._memo
-            if 0 < n and old_n <= n and ids[: old_n + 1] == old_ids:
+            if n > 0 and old_n <= n and ids[: old_n + 1] == old_ids:
                 # at least the last position runs again: it is the one that proposes (a new
                 # request repeating the previous one's prompt has no new position at all)
                 start, cache = min(old_n, n - 1), old_cache

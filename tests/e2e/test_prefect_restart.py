@@ -107,10 +107,12 @@ def test_prefect_server_restart_mid_run_loses_nothing_and_duplicates_nothing(
         for name, (n, first, tier) in PARTS.items()
     ]
     config["batch_size"] = 8
-    # ~80 requests of ~100 tokens at 40 ms/token, 4 at a time: about 80 s of generation.
+    # ~80 requests of ~100 tokens at 80 ms/token, 4 at a time: about 160 s of generation, so a
+    # partition outlasts the outage, the restart (37 s seen on a loaded 2-core machine) and a
+    # progress period after it (the assertion below).
     config["server"]["extra_args"] += [
         "--emu-decode-ms-per-token",
-        "40",
+        "80",
         "--emu-running-slots",
         "4",
         "--emu-mean-output-tokens",
