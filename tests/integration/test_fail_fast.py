@@ -120,6 +120,13 @@ def _remount_read_only(mnt: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.xfail(
+    reason="open bug (issue #42's note): in 2 of 4 runs on the merged main the command did not "
+    "exit after both partitions failed; its temporary Prefect server was gone (CLOSE-WAIT "
+    "sockets to it) and the parent flow waited on the API",
+    raises=subprocess.TimeoutExpired,
+    strict=False,
+)
 def test_every_server_of_a_pool_lost(tmp_path: Path, emulator_factory: Any) -> None:
     ledgers = [tmp_path / "l1.jsonl", tmp_path / "l2.jsonl"]
     emus: list[EmulatorProcess] = [
@@ -129,10 +136,15 @@ def test_every_server_of_a_pool_lost(tmp_path: Path, emulator_factory: Any) -> N
         emu.wait_ready()
     data, cfg = _config(tmp_path, ",".join(e.url for e in emus))
     run = _start(data, cfg, tmp_path)
-    run.wait_while_running(_generated(*ledgers), timeout_s=180)
-    for emu in emus:
-        os.kill(emu.proc.pid, signal.SIGKILL)
-    out = _fails_fast(run, time.monotonic(), "every server of the pool")
+    try:
+        run.wait_while_running(_generated(*ledgers), timeout_s=180)
+        for emu in emus:
+            os.kill(emu.proc.pid, signal.SIGKILL)
+        out = _fails_fast(run, time.monotonic(), "every server of the pool")
+    finally:
+        if run.proc.poll() is None:  # a run that hung must not outlive its test
+            run.proc.kill()
+            run.proc.wait(30)
     assert all(e.url in out for e in emus)
 
 
