@@ -115,6 +115,7 @@ async def _watch_throughput(
                 logger.warning(f"throughput alarm could not be published: {err}")
 
 
+WATCHERS_STOP_S = 10.0  # how long the run's end waits for its cancelled watchers
 HISTORY_KEY = "datagen-history"
 HISTORY_ROWS = 60  # the table artifact's latest rows (the file keeps every run)
 
@@ -202,8 +203,13 @@ class RunReport:
         finally:
             for watcher in watchers:
                 watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await watcher
+            # A watcher cancelled inside a Prefect API call can wait on that call for good (seen:
+            # the progress update's call pending after the run's temporary API server was gone,
+            # and the command never exited); a report never holds up the run's end.
+            await asyncio.wait(watchers, timeout=WATCHERS_STOP_S)
+            for watcher in watchers:  # a watcher's own failure was a report's, not the run's
+                if watcher.done() and not watcher.cancelled():
+                    watcher.exception()
 
     async def publish_data(
         self, output_dir: str, written: WrittenDataset, states: dict[str, State[Any]]

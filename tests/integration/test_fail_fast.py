@@ -120,13 +120,6 @@ def _remount_read_only(mnt: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.xfail(
-    reason="open bug (issue #42's note): in 2 of 4 runs on the merged main the command did not "
-    "exit after both partitions failed; its temporary Prefect server was gone (CLOSE-WAIT "
-    "sockets to it) and the parent flow waited on the API",
-    raises=subprocess.TimeoutExpired,
-    strict=False,
-)
 def test_every_server_of_a_pool_lost(tmp_path: Path, emulator_factory: Any) -> None:
     ledgers = [tmp_path / "l1.jsonl", tmp_path / "l2.jsonl"]
     emus: list[EmulatorProcess] = [
