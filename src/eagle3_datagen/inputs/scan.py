@@ -9,6 +9,7 @@ manifest, so a dataset can be checked against its inputs later (``validate --inp
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import hashlib
@@ -188,7 +189,5 @@ def release_freed_memory() -> None:
     process, and the batches that follow the scan allocate mostly elsewhere (Python's arenas),
     so without this a 1,000,000-prompt scan left ~75 MB resident under the whole run (figure
     (c)). Not glibc (musl, macOS): nothing to do."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
