@@ -10,7 +10,8 @@
 #     the original answers, on the regenerated ones, on random fractions of the regenerated
 #     records (the learning curve: `select --by random --seed S`, a subset per seed), on each
 #     select rule's fractions (against the random draft of the same fraction); and untrained ones.
-#  5. Every draft measured on every held-out prompt (real_measure.py), then the tables.
+#  5. Every draft measured on every held-out prompt by replay (real_measure.py, replay.py), the
+#     emulator's live speculating loop on a sample (REAL_LIVE_PROMPTS), then the tables.
 R=$WORK/real
 mkdir -p "$R"
 TARGET=$(mkdir -p "${LAB_CACHE:-trainers/work/cache}" && cd "${LAB_CACHE:-trainers/work/cache}" \
@@ -18,11 +19,13 @@ TARGET=$(mkdir -p "${LAB_CACHE:-trainers/work/cache}" && cd "${LAB_CACHE:-traine
 SEEDS=${REAL_SEEDS:-0 1 2}
 if [ "$SMALL" = 1 ]; then PER_SOURCE=16 R_MAX_NEW=32 R_STEPS=12 FRACTIONS="0.5" SEL_FRACTIONS="0.5"
   RULES=${REAL_RULES:-flatness}
-else PER_SOURCE=164 R_MAX_NEW=160 R_STEPS=150 FRACTIONS="0.25 0.5" SEL_FRACTIONS="0.5 0.25"; fi
+# The full run, sized for under 90 minutes on a 2-core machine: 128 prompts, 128 new tokens,
+# 100 draft steps (about two epochs of the regenerated records), selection at 1/2.
+else PER_SOURCE=64 R_MAX_NEW=128 R_STEPS=100 FRACTIONS="0.25 0.5" SEL_FRACTIONS="0.5"; fi
 # REAL_* move the sizes (a quick check of the steps: REAL_PER_SOURCE=4 REAL_STEPS=2 ...).
 PER_SOURCE=${REAL_PER_SOURCE:-$PER_SOURCE} R_STEPS=${REAL_STEPS:-$R_STEPS}
 R_MAX_NEW=${REAL_MAX_NEW:-$R_MAX_NEW} FRACTIONS=${REAL_FRACTIONS:-$FRACTIONS}
-SEL_FRACTIONS=${REAL_SEL_FRACTIONS:-$SEL_FRACTIONS}
+SEL_FRACTIONS=${REAL_SEL_FRACTIONS:-$SEL_FRACTIONS} LIVE=${REAL_LIVE_PROMPTS:-6}
 RULES=${RULES:-${REAL_RULES:-flatness deviation}}
 # The target's hidden states of a row are computed once: subsets reuse the full set's.
 export LAB_HS_CACHE=$R/hidden-states-cache
@@ -113,13 +116,13 @@ model.save_pretrained(sys.argv[2])' "$(last_ckpt "$R/drafts/regenerated/seed-0")
   DRAFTS+=("untrained-$s=$R/drafts/untrained/seed-$s/ckpt/0")
 done
 
-step "real held-out measurement: ${#DRAFTS[@]} drafts and the plain reference (two processes)"
+step "real held-out measurement: ${#DRAFTS[@]} drafts by replay, live on $LIVE prompts (two processes)"
 half=$(( (${#DRAFTS[@]} + 1) / 2 ))
 for part in 1 2; do
   from=$(( (part - 1) * half ))
   PYTHONPATH=$PWD/src "$SPEC" trainers/lab/real_measure.py "$TARGET" \
     "$R/regenerated/speculators.validation.jsonl" "$R_MAX_NEW" "$R/measure-$part.json" \
-    "${DRAFTS[@]:$from:$half}" > "$R/measure-$part.log" 2>&1 &
+    --live "$LIVE" "${DRAFTS[@]:$from:$half}" > "$R/measure-$part.log" 2>&1 &
   JOBS+=("$!:measure-$part")
 done
 for job in "${JOBS[@]}"; do
