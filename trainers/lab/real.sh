@@ -39,37 +39,50 @@ step "real prompts: HumanEval + stdlib docstrings ($PER_SOURCE each), original a
 sed -e "s#TARGET_DIR#$TARGET#" -e "s#PROMPTS#$R/prompts.jsonl#" -e "s#DATASET_DIR#$R/dataset#" \
   -e "s#MAX_NEW#$R_MAX_NEW#" trainers/lab/real.yaml > "$R/real.yaml"
 
-step "real on-policy data: eagle3-datagen run against the emulator serving SmolLM2 (batched)"
-SERVE_TARGET=$TARGET serve "$R/emulator-generate.log" --max-running-requests 8
-t=$(date +%s)
-uv run eagle3-datagen run "$R/real.yaml" --server-url "http://127.0.0.1:$PORT" \
-  --output "$R/dataset" > "$R/run.log" 2>&1 || { tail -30 "$R/run.log"; exit 1; }
-echo "{\"seconds\": $(( $(date +%s) - t ))}" > "$R/generate.json"
-tail -3 "$R/run.log"
-stop_server
-uv run eagle3-datagen export "$R/dataset" --format speculators --validation 0.25 \
-  --max-length 2048 --output "$R/regenerated/speculators.jsonl" | tail -2
-"$SPEC" trainers/lab/original.py "$TARGET" "$R/prompts.jsonl" "$R/regenerated" "$R/original"
+if [ -n "${LAB_RESUME:-}" ] && [ -s "$R/original/speculators.jsonl" ]; then
+  step "real on-policy data: kept from the previous run (LAB_RESUME)"
+else
+  step "real on-policy data: eagle3-datagen run against the emulator serving SmolLM2 (batched)"
+  SERVE_TARGET=$TARGET serve "$R/emulator-generate.log" --max-running-requests 8
+  t=$(date +%s)
+  uv run eagle3-datagen run "$R/real.yaml" --server-url "http://127.0.0.1:$PORT" \
+    --output "$R/dataset" > "$R/run.log" 2>&1 || { tail -30 "$R/run.log"; exit 1; }
+  echo "{\"seconds\": $(( $(date +%s) - t ))}" > "$R/generate.json"
+  tail -3 "$R/run.log"
+  stop_server
+  uv run eagle3-datagen export "$R/dataset" --format speculators --validation 0.25 \
+    --max-length 2048 --output "$R/regenerated/speculators.jsonl" | tail -2
+  "$SPEC" trainers/lab/original.py "$TARGET" "$R/prompts.jsonl" "$R/regenerated" "$R/original"
+fi
 
-# Two draft pipelines at a time (each one thread): a prepare/hidden-states/train chain is
-# mostly the process starts and the target's forward passes, on a 2-core machine.
-JOBS=()
+# Two draft pipelines at a time (each one thread, REAL_JOBS moves it): the next starts as soon
+# as one ends, so the long chains (three seeds of the full data) and the short ones (a subset
+# drawn per seed) share the cores without waiting for each other.
+JOBS=() SLOTS=${REAL_JOBS:-2}
+kept() {  # kept NAME: LAB_RESUME and a previous run finished NAME's drafts (its log's last line)
+  [ -n "${LAB_RESUME:-}" ] && tail -1 "$R/train-$1.log" 2>/dev/null | grep -q '^drafts: ' \
+    && echo "kept: $R/drafts/$1 (LAB_RESUME)"
+}
 chain() {  # chain NAME EXPORT_DIR STEPS: the drafts of one dataset, one per seed, in background
+  kept "$1" && return 0
   trainers/lab/real_train.sh "$TARGET" "$2" "$R/drafts/$1" "$3" $SEEDS > "$R/train-$1.log" 2>&1 &
   JOBS+=("$!:$1")
-  if [ "${#JOBS[@]}" -ge 2 ]; then drain; fi
+  if [ "${#JOBS[@]}" -ge "$SLOTS" ]; then reap; fi
 }
-drain() {  # wait for the chains in flight; a failed one stops the lab with its log's tail
-  local job
-  for job in "${JOBS[@]}"; do
-    wait "${job%%:*}" || { tail -20 "$R/train-${job#*:}.log"; exit 1; }
-    tail -1 "$R/train-${job#*:}.log"
-  done
-  JOBS=()
+reap() {  # wait for one chain to end; a failed one stops the lab with its log's tail
+  local pid job rest=()
+  wait -n -p pid "${JOBS[@]%%:*}" || { tail -20 "$R/train-$(name_of "$pid").log"; exit 1; }
+  for job in "${JOBS[@]}"; do [ "${job%%:*}" = "$pid" ] || rest+=("$job"); done
+  tail -1 "$R/train-$(name_of "$pid").log"
+  JOBS=("${rest[@]}")
 }
+name_of() { local job; for job in "${JOBS[@]}"; do [ "${job%%:*}" = "$1" ] && echo "${job#*:}"; done; return 0; }
+drain() { while [ "${#JOBS[@]}" -gt 0 ]; do reap; done; }
 subset() {  # subset NAME RULE FRACTION SELECT_SEED SEED...: a selection and its export; its
   local name=$1 rule=$2 keep=$3 pick=$4 steps  # drafts train for the same epochs as the full one
   shift 4
+  kept "$name" && return 0
+  rm -rf "$R/select/$name" "$R/sub-$name"
   uv run eagle3-datagen select "$R/dataset" --by "$rule" --keep "$keep" --seed "$pick" \
     --output "$R/select/$name" > "$R/select-$name.log" 2>&1 \
     || { tail -5 "$R/select-$name.log"; exit 1; }
@@ -87,17 +100,18 @@ NAMES=(original regenerated)
 step "real drafts on the original and the regenerated answers ($R_STEPS steps, seeds $SEEDS)"
 chain original "$R/original" "$R_STEPS"
 chain regenerated "$R/regenerated" "$R_STEPS"
-for f in $FRACTIONS; do
-  step "learning curve: random $f of the regenerated records (seeds $SEEDS, a subset each)"
-  for s in $SEEDS; do subset "random-$f-s$s" random "$f" "$s" "$s"; done
-  NAMES+=("random-$f")
-done
+# The rules' chains (three seeds each) start before the learning curve's (one seed each).
 for f in $SEL_FRACTIONS; do
   for rule in $RULES; do
     step "selection on the real target: --by $rule --keep $f (seeds $SEEDS)"
     subset "$rule-$f" "$rule" "$f" 0 $SEEDS
     NAMES+=("$rule-$f")
   done
+done
+for f in $FRACTIONS; do
+  step "learning curve: random $f of the regenerated records (seeds $SEEDS, a subset each)"
+  for s in $SEEDS; do subset "random-$f-s$s" random "$f" "$s" "$s"; done
+  NAMES+=("random-$f")
 done
 drain
 DRAFTS=()
