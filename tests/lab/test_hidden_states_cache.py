@@ -18,6 +18,8 @@ datasets = pytest.importorskip("datasets")
 pytest.importorskip("speculators")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
+from tests.lab.tiny import tiny_llama_config  # noqa: E402
+
 ROWS = [[5, 9, 11, 3, 7], [2, 4, 6, 8], [13, 1, 12, 40, 41, 42], [5, 9, 11, 3, 7, 8]]
 
 
@@ -33,17 +35,8 @@ def _hidden_states() -> ModuleType:
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        hidden_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        vocab_size=64,
-        max_position_embeddings=128,
-    )
     path: Path = tmp_path_factory.mktemp("target")
-    transformers.LlamaForCausalLM(config).save_pretrained(path)
+    transformers.LlamaForCausalLM(tiny_llama_config(64, 128)).save_pretrained(path)
     return path
 
 

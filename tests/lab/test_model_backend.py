@@ -23,6 +23,7 @@ from sglang_emulator_transformers import (  # noqa: E402
     TransformersTarget,
     generate_batch,
 )
+from tests.lab.tiny import tiny_llama_config  # noqa: E402
 
 VOCAB = 97
 STEPS = 3
@@ -31,15 +32,7 @@ STEPS = 3
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> TransformersTarget:
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        hidden_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        vocab_size=VOCAB,
-        max_position_embeddings=512,
-    )
+    config = tiny_llama_config(VOCAB, 512)
     model = transformers.LlamaForCausalLM(config)
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)  # peaked distributions: no near-ties in the argmax

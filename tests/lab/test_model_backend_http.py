@@ -24,6 +24,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("speculators")
 
+from tests.lab.tiny import tiny_llama_config  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "src/eagle3_datagen/assets/kimi-k2.5-mini"
 PROMPT = [672, 82, 88, 265, 68, 76, 679, 406, 523, 220, 42, 72, 76, 664, 666, 413, 587, 679, 684]
@@ -36,14 +38,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     torch.manual_seed(0)
     target = tmp_path_factory.mktemp("target")
     tok = transformers.AutoTokenizer.from_pretrained(TOKENIZER, trust_remote_code=True)
-    config = transformers.LlamaConfig(
-        hidden_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        vocab_size=len(tok),
-        max_position_embeddings=1024,
+    config = tiny_llama_config(
+        len(tok),
+        1024,
         tie_word_embeddings=False,
         eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
     )
