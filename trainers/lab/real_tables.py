@@ -285,7 +285,7 @@ def plot(curve: list[dict], accept: dict, out: str) -> None:
         ax.axhline(accept[name]["mean"], linestyle=style, color="grey", label=f"{name} (all rows)")
     ax.set_xlabel("training records")
     ax.set_ylabel("accept length (mean ± sd, seeds)")
-    ax.set_title("SmolLM2-135M-Instruct: accept length by data size")
+    ax.set_title("SmolLM2-135M-Instruct: accept length by data size", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
