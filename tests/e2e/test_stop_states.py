@@ -188,13 +188,19 @@ def _quiet(lines: list[str]) -> None:
 
 
 def _ctrl_c_once_logged(
-    cfg: Path, env: dict[str, str], log: Path, text: str, server_url: str | None = None
+    cfg: Path,
+    env: dict[str, str],
+    log: Path,
+    text: str | Callable[[], bool],
+    server_url: str | None = None,
 ) -> list[str]:
-    """Ctrl-C once the run's log says ``text``; the lines it printed after the signal."""
+    """Ctrl-C once the run's log says ``text`` (or once ``text()`` holds); the lines it printed
+    after the signal."""
     args = ("--server-url", server_url) if server_url else ()
+    ready = text if callable(text) else (lambda: text in log.read_text())
     proc = _start(cfg, env, log, *args)
     try:
-        _wait(lambda: text in log.read_text(), lambda: log.read_text()[-3000:])
+        _wait(ready, lambda: log.read_text()[-3000:])
         offset = log.stat().st_size
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(120) == 130, log.read_text()[-3000:]
@@ -311,16 +317,10 @@ def test_ctrl_c_while_a_batch_waits_to_retry(prefect_server: PrefectServer, tmp_
         )
         cfg.write_text(yaml.safe_dump(config))
         log = tmp_path / "run.log"
-        proc = _start(cfg, srv.env, log, "--server-url", emulator.url)
-        try:
-            _wait(lambda: _all_waiting_to_retry(srv, out, log, 4), lambda: log.read_text()[-3000:])
-            offset = log.stat().st_size
-            os.killpg(proc.pid, signal.SIGINT)
-            assert proc.wait(120) == 130, log.read_text()[-3000:]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    _quiet(_after_signal(log, offset))
+        after = _ctrl_c_once_logged(
+            cfg, srv.env, log, lambda: _all_waiting_to_retry(srv, out, log, 4), emulator.url
+        )
+    _quiet(after)
     run = _parent(srv, out)
     assert run is not None
     run = srv.wait_final(run["id"], timeout=120)
