@@ -114,20 +114,22 @@ class _RowCache:
         if src is None or not src.exists():
             return False
         dest.unlink(missing_ok=True)
-        try:
-            os.link(src, dest)
-        except OSError:
-            shutil.copyfile(src, dest)
+        _link_or_copy(src, dest)
         self.hits += 1
         return True
 
     def keep(self, ids: list[int], made: Path) -> None:
         src = self._path(ids)
         if src is not None and not src.exists():
-            try:
-                os.link(made, src)
-            except OSError:
-                shutil.copyfile(made, src)
+            _link_or_copy(made, src)
+
+
+def _link_or_copy(src: Path, dest: Path) -> None:
+    """A hard link; a copy where the two are on different filesystems."""
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
 
 
 def specforge(target: str, export: str, out_dir: str) -> None:

@@ -110,6 +110,14 @@ class Drafter(Protocol):
     ) -> tuple[list[int], list[list[float]]]: ...
 
 
+def draft_to_target(model: Any) -> torch.Tensor:
+    """Target id of each draft-vocabulary id: speculators' ``d2t`` offsets (draft id ``i`` is
+    target id ``i + d2t[i]``), or the ids themselves for a draft with the target's vocabulary."""
+    d2t = getattr(model, "d2t", None)
+    base = torch.arange(model.lm_head.weight.shape[0])
+    return base + d2t if d2t is not None and d2t.any() else base
+
+
 class Eagle3Chain:
     """An EAGLE-3 draft from speculators' own model class, run as a chain: step 0 over every
     position (features of token i with the embedding of token i + 1, as speculators trains
@@ -129,10 +137,7 @@ class Eagle3Chain:
         layer_config = getattr(self.model.config, "transformer_layer_config", None)
         impl = getattr(layer_config, "_attn_implementation", None)
         self._keeps_step0 = impl in ("sdpa", "eager")
-        d2t = getattr(self.model, "d2t", None)
-        n = self.model.lm_head.weight.shape[0]
-        base = torch.arange(n)
-        self.to_target = base + d2t if d2t is not None and d2t.any() else base
+        self.to_target = draft_to_target(self.model)
         config = target.model.config
         self.vocab_size = int(config.vocab_size)
         features = len(target.aux_layers) * int(config.hidden_size)

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from sglang_emulator_transformers import draft_to_target
+
 
 @dataclass(frozen=True, slots=True)
 class Reference:
@@ -72,9 +74,7 @@ def chains(draft: torch.nn.Module, ref: Reference, steps: int) -> list[list[int]
             position_ids=torch.arange(1, n + 1).unsqueeze(0),
             ttt_steps=steps,
         )
-    d2t = getattr(draft, "d2t", None)
-    base = torch.arange(draft.lm_head.weight.shape[0])
-    to_target = base + d2t if d2t is not None and d2t.any() else base
+    to_target = draft_to_target(draft)
     return [to_target[t[0]].tolist() for t in tokens]
 
 
