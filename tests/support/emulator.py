@@ -30,15 +30,20 @@ KV_POOR_RETRACTING = (
     "--emu-output-sigma",
     "0.2",
 )
-# A seed-node server with its /metrics on, short answers, fast enough for a controller's test.
+# A seed-node server with its /metrics on and answers of about 300 tokens, for a controller's
+# test. Each request lasts ~0.2 s of real time (300 steps x ~12 ms x 0.05): long enough that
+# requests overlap and a reading sees them even when a loaded machine paces the client slowly
+# (at 0.01 they lasted ~20 ms and a CI run's readings never saw more than 2 running).
 SEED_NODE_WITH_METRICS = (
     "--emu-physics",
     "seed-node",
     "--emu-time-scale",
-    "0.01",
+    "0.05",
     "--enable-metrics",
     "--emu-mean-output-tokens",
     "300",
+    "--emu-output-sigma",
+    "0.3",
 )
 
 
