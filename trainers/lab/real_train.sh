@@ -9,7 +9,11 @@
 # The optimizer is speculators' `--optimizer adamw`, not its default `muon`: torch's Muon runs its
 # Newton-Schulz iterations in bfloat16, which this CPU (no bf16 instructions) multiplies about
 # 90x slower than float32: 64 s of an 82 s step here, against 15 ms for AdamW.
+# No validation epochs (LAB_SKIP_VALIDATION, speculators_cpu.py): they change no weight (a draft
+# retrained without them was bitwise the same) and the lab measures each last checkpoint on the
+# held-out prompts itself; on a quarter of the records they were half of a draft's time.
 set -euo pipefail
+export LAB_SKIP_VALIDATION=1
 TARGET=$(cd "$1" && pwd) EXPORT=$2 OUT=$3 STEPS=$4
 shift 4
 SPEC=${SPEC:-$PWD/.venv-trainers-speculators/bin/python}
