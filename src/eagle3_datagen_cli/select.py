@@ -9,17 +9,18 @@ from typing import Any
 from eagle3_datagen_cli.arguments import add_dataset
 
 RULES = ("flatness", "deviation", "acceptance", "random")
-# What the CPU lab measured (docs/selection-lab.md, docs/lab-results.md): shown by --help, so
-# that nobody spends GPU hours on a rule expecting it to beat random.
+# What the CPU lab measured (docs/selection-lab.md, docs/lab-real.md, trainers/lab/RESULTS.md):
+# shown by --help, so that nobody spends GPU hours on a rule expecting it to beat random.
 MEASURED = (
     "Measured on the CPU lab (docs/selection-lab.md, docs/lab-real.md): no rule has beaten a "
     "random selection of the same size. On the tiny target at --keep 0.5 no rule's draft was "
     "ahead of random by more than two random halves differ from each other, and every half "
-    "cost accept length against the full data; on SmolLM2-135M (3 seeds, a small run) "
-    "flatness at 0.5 against random: no difference (95% interval -0.12 to +0.01). "
-    "Selection can only help where data is redundant, and that regime is not measured yet: "
-    "keep all the data, or use --by random when a budget forces a cut, unless your own "
-    "measurement shows a rule ahead."
+    "cost accept length against the full data. On SmolLM2-135M-Instruct (3 seeds each, "
+    "paired 95% intervals) flatness and deviation against random at 0.5 and 0.25: no "
+    "difference, all four (flatness at 0.5: +0.012, -0.001 to +0.026), while half the data "
+    "cost 0.045 of accept length against all of it. Selection can only help where data is "
+    "redundant, and that regime is not measured yet: keep all the data, or use --by random "
+    "when a budget forces a cut, unless your own measurement shows a rule ahead."
 )
 
 
