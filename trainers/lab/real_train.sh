@@ -11,7 +11,7 @@
 # 90x slower than float32: 64 s of an 82 s step here, against 15 ms for AdamW.
 # No validation epochs (LAB_SKIP_VALIDATION, speculators_cpu.py): they change no weight (a draft
 # retrained without them was bitwise the same) and the lab measures each last checkpoint on the
-# held-out prompts itself; on a quarter of the records they took ~40 % of a draft's time
+# held-out prompts itself; on a quarter of the records they took ~40 % of a draft's time.
 set -euo pipefail
 export LAB_SKIP_VALIDATION=1
 TARGET=$(cd "$1" && pwd) EXPORT=$2 OUT=$3 STEPS=$4
