@@ -3,8 +3,9 @@
 
 speculators moves the model and every batch to ``local_rank`` (the int 0, i.e. a GPU) and calls
 ``torch.accelerator.synchronize()`` on every logged step; both fail without an accelerator.
-This runs speculators' own ``train`` entry point with exactly two changes: the Trainer's
-device is "cpu", and synchronize is a no-op when there is no accelerator. Everything else
+This runs speculators' own ``train`` entry point with two changes (and, for the lab only, the
+opt-in third below): the Trainer's device is "cpu", and synchronize is a no-op when there is
+no accelerator. Everything else
 (data loading, shift, model, loss, optimizer) is speculators' code, selected by its own flags
 ``--draft-attn-impl sdpa --loss-implementation eager`` (flex attention has no CPU backward;
 the fused losses need Triton on a GPU).
