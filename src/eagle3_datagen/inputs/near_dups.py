@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import re
 import unicodedata
 from array import array
 from collections.abc import Iterable
@@ -32,7 +31,6 @@ from eagle3_datagen.inputs.shingles import NUM_PERM, minhash, shingle_hashes
 BAND = 8  # signature bytes per LSH band: 8 bands of 8
 _CHUNK = 4096  # lines whose MinHash is computed in one call, at most
 _CHUNK_BYTES = 1 << 18  # and at most about this much text (numpy needs ~40 bytes per byte)
-_SPACE = re.compile(r"\s+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +54,7 @@ class Similar:
 
 def normalize(text: str) -> str:
     """NFKC, case folded, runs of whitespace as one space: what "the same prompt" ignores."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
 def _content_text(content: Any) -> str:

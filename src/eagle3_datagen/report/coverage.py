@@ -15,6 +15,7 @@ decoded with the dataset's own tokenizer and each is named by its dominant non-L
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ COVERAGE_KEY = "datagen-coverage"  # the run's Prefect artifact
 LANGUAGE_SAMPLE = 2000  # prompts decoded for the languages dimension
 LANGUAGE_SHARDS = 32  # shards they are read from
 _TEXT_TAIL = 4000  # characters of a prompt's end looked at (its latest messages)
+_ASCII_LETTER = re.compile("[A-Za-z]")  # what str.isalpha() accepts among ASCII characters
 _NON_LATIN_MIN = 0.1  # share of letters a non-Latin script needs to name the prompt
 UNKNOWN = "unknown"
 OTHER = "other"
@@ -93,7 +95,13 @@ def script_of(text: str) -> str:
     """A prompt's script: the most frequent non-Latin script when it holds at least 10% of
     the letters (role names, JSON keys and tool schemas are Latin in any language), else
     Latin; Han with any kana counts as kana (Japanese); no letters at all is ``other``."""
-    counts = Counter(char_script(ch) for ch in text[-_TEXT_TAIL:] if ch.isalpha())
+    tail = text[-_TEXT_TAIL:]
+    if tail.isascii():  # most prompts: no character-by-character pass
+        return "latin" if _ASCII_LETTER.search(tail) else OTHER
+    counts: Counter[str] = Counter()
+    for ch, n in Counter(tail).items():  # each distinct character once
+        if ch.isalpha():
+            counts[char_script(ch)] += n
     letters = sum(counts.values())
     if not letters:
         return OTHER
