@@ -61,6 +61,12 @@ def test_script_of_names_the_prompt_not_its_template() -> None:
     assert script_of(template + "Как дела сегодня?") == "cyrillic"
     assert script_of(template + "오늘 날씨 어때요") == "hangul"
     assert script_of("12345 + 678 = ?") == "other"
+    assert script_of("12345 + 678 = ? ½ → ∞") == "other"  # not ASCII, still no letter
+    assert script_of("x = 1") == "latin"
+    assert script_of("Ça coûte 5 €, n'est-ce pas ?") == "latin"
+    # A Greek word in a long English prompt: under 10 % of the letters, still Latin.
+    assert script_of("word " * 40 + "λόγος") == "latin"
+    assert script_of("word " * 4 + "λόγος λόγος") == "greek"
 
 
 @pytest.fixture
