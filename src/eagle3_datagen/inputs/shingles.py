@@ -9,7 +9,8 @@ except that each CJK, kana or hangul character (three UTF-8 bytes from U+3000 to
 word of its own, since those scripts put no spaces between words.
 
 The MinHash is datasketch's (its permutations and "legacy" formula, checked against
-``datasketch.MinHash`` by a test), for thousands of texts at once instead of one object each.
+``datasketch.MinHash`` by a test), for thousands of texts at once instead of one object each;
+datasketch itself is a test dependency only.
 """
 
 from __future__ import annotations
@@ -109,11 +110,16 @@ def shingle_hashes(texts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
 
 @functools.cache
 def permutations() -> tuple[np.ndarray, np.ndarray]:
-    """datasketch's MinHash permutations (seed 1, its "legacy" scheme)."""
-    from datasketch import MinHash
-
-    a, b = MinHash(num_perm=NUM_PERM, seed=1, scheme="legacy").permutations
-    return np.asarray(a, np.uint64), np.asarray(b, np.uint64)
+    """datasketch's MinHash permutations (seed 1, its "legacy" scheme), drawn as its
+    ``MinHash._init_permutations`` draws them. Not imported from it: ``import datasketch``
+    pulls in scipy, ~1 s of CPU and ~60 MB of memory in every run for 128 numbers."""
+    gen = np.random.RandomState(1)
+    pairs = [
+        (gen.randint(1, _PRIME, dtype=np.uint64), gen.randint(0, _PRIME, dtype=np.uint64))
+        for _ in range(NUM_PERM)
+    ]
+    a, b = np.array(pairs, dtype=np.uint64).T
+    return a, b
 
 
 def minhash(hashes: np.ndarray, owner: np.ndarray, count: int) -> np.ndarray:
