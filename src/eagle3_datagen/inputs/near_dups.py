@@ -146,10 +146,12 @@ class NearDuplicateFinder:
 
     def find(self, skip: Iterable[int] = ()) -> list[Similar]:
         """Every line that repeats an earlier one, by line; ``skip``: lines already known to
-        repeat (a repeated id) are neither reported nor compared."""
+        repeat (a repeated id) are neither reported nor compared. Once per finder: the exact
+        hashes are released before the near-duplicate search, whose peak they would raise."""
         self._flush()
         skipped = set(skip)
         found = self._exact_duplicates(skipped)
+        self._exact = array("Q")
         taken = skipped | {s.line for s in found}
         found += self._near_duplicates(taken)
         return sorted(found, key=lambda s: s.line)
@@ -169,7 +171,9 @@ class NearDuplicateFinder:
         best: dict[int, tuple[int, float]] = {}
         for band in range(NUM_PERM // BAND):
             cols = slice(band * BAND, (band + 1) * BAND)
-            keys = np.concatenate([s[:, cols].copy().view(np.uint64)[:, 0] for s in self._sigs])
+            keys = np.empty(len(self._lines), dtype=np.uint64)  # filled block by block
+            for start, s in zip(self._starts, self._sigs, strict=True):
+                keys[start : start + len(s)] = s[:, cols].copy().view(np.uint64)[:, 0]
             for i, members in _runs(keys):
                 if i in best:
                     continue
@@ -195,12 +199,14 @@ class NearDuplicateFinder:
 def repeats(hashes: np.ndarray) -> list[tuple[int, int]]:
     """``(index, first index with the same hash)`` for every index that repeats one.
 
-    Working memory: about 25 bytes per hash at its peak (the sort order and two gathers of
+    Working memory: about 17 bytes per hash at its peak (the sort order and the hashes in
     it), freed on return; Python objects only for the repeats."""
     if len(hashes) < 2:
         return []
     order = np.argsort(hashes, kind="stable")  # equal hashes: indexes ascend
-    same = hashes[order[1:]] == hashes[order[:-1]]  # position k + 1 repeats position k
+    ordered = hashes[order]
+    same = ordered[1:] == ordered[:-1]  # position k + 1 repeats position k
+    del ordered
     rep = np.flatnonzero(same) + 1
     if not len(rep):
         return []
