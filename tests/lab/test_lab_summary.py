@@ -92,6 +92,26 @@ def test_a_difference_whose_interval_holds_zero_is_no_difference(work: Path) -> 
     assert diff["verdict"] == "no difference" and diff["ci95"][0] <= 0 <= diff["ci95"][1]
 
 
+def test_a_same_compute_row_is_compared_with_the_same_compute_random(work: Path) -> None:
+    """RULE+compute against random+compute (the same steps), never the same-epochs random."""
+    ids = {f"p{i}": [i, i + 1] for i in range(12)}
+    folder = work / "selection"
+    folder.mkdir()
+    for seed in (0, 1, 2):
+        for row, extra in (("random", 6), ("random+compute", 2), ("flatness+compute", 3)):
+            run = _run(ids, {p: extra + (i + seed) % 2 for i, p in enumerate(ids)})
+            (folder / f"{row}-seed{seed}.json").write_text(json.dumps(run))
+    summary = _module("summary")
+    summary.main(str(work / "summary.json"), str(work), "0 1 2", "main selection")
+    table = json.loads((work / "summary.json").read_text())["selection_table"]
+    rows = {r["rule"]: r for r in table}
+    row = rows["flatness+compute"]
+    assert row["budget"] == "compute" and row["keep"] == 0.5
+    # +1 accepted per prompt over random+compute (it would be -3 against the same-epochs random)
+    assert row["ci95_vs_random"]["verdict"] == "higher" and row["ci95_vs_random"]["mean"] > 0
+    assert "ci95_vs_random" not in rows["random+compute"]
+
+
 def _gates(tmp_path: Path, summary: dict) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summary))

@@ -2,11 +2,15 @@
 
   same-ids PLAIN_DATASET SCORED_DATASET   the scored run (speculating with the incumbent draft,
                                           logprobs on) made exactly the plain run's output ids
-  steps FULL_EXPORT SELECTED_EXPORT FULL_STEPS
+  steps FULL_EXPORT SELECTED_EXPORT FULL_STEPS [KEEP]
                                           the selected draft's steps for the SAME number of
                                           epochs (steps scale with training tokens), after
                                           checking no training row is a held-out row of the full
-                                          export (all rows are measured on that held-out set)
+                                          export (all rows are measured on that held-out set);
+                                          with KEEP, the same compute for every rule instead:
+                                          FULL_STEPS x KEEP (a random KEEP subset's expected
+                                          steps), so a rule that keeps longer conversations
+                                          gets no more training than random
 
 Runs with the project's environment (pyarrow); prints one line, the last of which a shell reads.
 """
@@ -39,7 +43,7 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def steps(full: str, selected: str, full_steps: str) -> None:
+def steps(full: str, selected: str, full_steps: str, keep: str = "") -> None:
     train = _rows(Path(full) / "speculators.jsonl")
     held = {r["id"] for r in _rows(Path(full) / "speculators.validation.jsonl")}
     chosen = _rows(Path(selected) / "speculators.jsonl")
@@ -49,7 +53,10 @@ def steps(full: str, selected: str, full_steps: str) -> None:
     tokens = sum(len(r["input_ids"]) for r in chosen)
     full_tokens = sum(len(r["input_ids"]) for r in train)
     n = max(1, round(int(full_steps) * tokens / full_tokens))
-    print(f"{len(chosen)} rows, {tokens} of {full_tokens} training tokens: {n} steps")
+    budget = "same epochs"
+    if keep:
+        n, budget = max(1, round(int(full_steps) * float(keep))), f"same compute as keep {keep}"
+    print(f"{len(chosen)} rows, {tokens} of {full_tokens} training tokens: {n} steps ({budget})")
     print(n)
 
 

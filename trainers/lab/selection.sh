@@ -16,6 +16,9 @@
 #     of its key, so a selection's training rows are full training rows: checked).
 #  3. One draft per selection for the same number of epochs as the full-data draft (steps in
 #     proportion to training tokens), measured on the FULL export's held-out prompts.
+#     LAB_SELECTION_BUDGET=compute gives every row the same steps instead (DRAFT_STEPS x KEEP:
+#     a rule that keeps longer conversations would otherwise train longer than random); its
+#     rows are named RULE[@KEEP]+compute and compared with random+compute.
 RULES=${LAB_SELECTION_RULES:-flatness deviation acceptance random}
 if [ "${LAB_SCORE_DRAFT:-original}" = none ]; then
   RULES=${LAB_SELECTION_RULES:-flatness deviation random}
@@ -43,6 +46,8 @@ for keep in ${LAB_SELECTION_KEEPS:-0.5}; do
   for rule in $RULES; do
     row=$rule
     [ "$keep" = 0.5 ] || row=$rule@$keep
+    same_compute=
+    if [ "${LAB_SELECTION_BUDGET:-epochs}" = compute ]; then row=$row+compute same_compute=$keep; fi
     for seed in $SEEDS; do
       name=$row-seed$seed dir=sel-${row/@/-keep}-seed$seed
       done_before "$WORK/selection/$name.json" && continue
@@ -52,7 +57,7 @@ for keep in ${LAB_SELECTION_KEEPS:-0.5}; do
       uv run eagle3-datagen export "$WORK/select/$dir" --format speculators --validation 0.2 \
         --max-length 2048 --output "$WORK/$dir/speculators.jsonl" | tail -1
       steps=$(uv run python trainers/lab/selection.py steps "$WORK/regenerated" "$WORK/$dir" \
-        "$DRAFT_STEPS" | tail -1)
+        "$DRAFT_STEPS" $same_compute | tail -1)
       SEED=$seed train "$dir" "$WORK/$dir" "$steps" "$(wc -l < "$WORK/$dir/speculators.jsonl")"
       mv "$WORK/selection/$dir.train.json" "$WORK/selection/$name.train.json"
       serve "$WORK/emulator-$dir.log" "${SPEC_FLAGS[@]}" \

@@ -217,9 +217,13 @@ def selection_table(work: Path, seeds: list[str], reference: dict) -> list[dict]
         row = {"rule": rule, **(spread(rs) or {}), **(_load(train) if train.exists() else {})}
         row["accept_length"] = row.get("mean")
         row["lossless_mismatches"] = mismatches(reference, rs)
-        base, at, keep = rule.partition("@")  # RULE or RULE@KEEP (a keep fraction not 0.5)
+        # RULE[@KEEP][+BUDGET]: a keep fraction not 0.5; +compute: the same steps for every row
+        name, plus, budget = rule.partition("+")
+        base, at, keep = name.partition("@")
         row["keep"] = float(keep) if at else (1.0 if rule == "full" else 0.5)
-        random = f"random{at}{keep}"
+        if plus:
+            row["budget"] = budget
+        random = f"random{at}{keep}{plus}{budget}"
         if base not in ("random", "full") and random in runs:
             row["ci95_vs_random"] = difference(rs, runs[random])
         if rule != "full":
