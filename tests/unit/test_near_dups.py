@@ -15,7 +15,7 @@ import pytest
 
 from eagle3_datagen.config import NearDuplicates, load_config
 from eagle3_datagen.errors import ConfigError
-from eagle3_datagen.inputs.near_dups import normalize, similar_summary
+from eagle3_datagen.inputs.near_dups import NearDuplicateFinder, normalize, similar_summary
 from eagle3_datagen.inputs.scan import scan_input
 from eagle3_datagen.inputs.shingles import minhash, shingle_hashes
 
@@ -74,6 +74,16 @@ def test_scan_reports_exact_and_near_repeats_with_their_lines(tmp_path: Path) ->
     assert 0.8 <= near.similarity < 1.0
     summary = similar_summary("p", str(path), scan.similar, "keep")
     assert f"{path}:41 repeats line 3 (exact)" in summary and "kept" in summary
+
+
+def test_a_second_find_is_refused_not_silently_empty() -> None:
+    """find() releases the exact hashes; asked again it raises instead of finding nothing."""
+    finder = NearDuplicateFinder()
+    for line in (1, 2):
+        finder.add(line, [{"role": "user", "content": "the same question"}], None)
+    assert [(s.line, s.first, s.kind) for s in finder.find()] == [(2, 1, "exact")]
+    with pytest.raises(RuntimeError, match="runs once"):
+        finder.find()
 
 
 def test_a_stricter_threshold_and_off(tmp_path: Path) -> None:

@@ -112,6 +112,7 @@ class NearDuplicateFinder:
         self._starts: list[int] = []  # the index of each one's first line
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        self._found = False
 
     def __len__(self) -> int:
         return len(self._lines)
@@ -148,6 +149,9 @@ class NearDuplicateFinder:
         """Every line that repeats an earlier one, by line; ``skip``: lines already known to
         repeat (a repeated id) are neither reported nor compared. Once per finder: the exact
         hashes are released before the near-duplicate search, whose peak they would raise."""
+        if self._found:
+            raise RuntimeError("NearDuplicateFinder.find() runs once: its hashes are released")
+        self._found = True
         self._flush()
         skipped = set(skip)
         found = self._exact_duplicates(skipped)
