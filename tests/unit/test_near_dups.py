@@ -154,6 +154,18 @@ def test_signatures_are_datasketchs_minhash() -> None:
     assert np.bincount(owner, minlength=5).tolist() == [3, 18000 - 2, 1, 0, 10]
 
 
+def test_a_batch_past_the_cached_powers_hashes_each_text_as_alone() -> None:
+    """The word hash's powers are kept between batches and grown for a longer one: texts in a
+    ~400 KB batch (past the 256 KB kept at first) get the shingles they get alone."""
+    rng = random.Random(3)
+    texts = [" ".join(rng.choices(_WORDS, k=n)).encode() for n in (5, 30000, 7, 40000, 2)]
+    together, owner = shingle_hashes(texts)
+    assert sum(len(t) for t in texts) > 1 << 18
+    for i, text in enumerate(texts):
+        alone, _ = shingle_hashes([text])
+        assert together[owner == i].tolist() == alone.tolist()
+
+
 def test_words_are_cut_like_text() -> None:
     """The same words give the same shingles whatever surrounds them."""
     a, _ = shingle_hashes([b"alpha beta gamma"])
