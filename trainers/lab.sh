@@ -41,6 +41,8 @@ SEEDS=${LAB_SEEDS:-0 1 2}
 # only `regenerated` (its checkpoint shapes the untrained draft) and save ~4.5 min that way.
 DRAFTS=${LAB_DRAFTS:-original original_reasoning regenerated}
 [[ " $DRAFTS " == *" regenerated "* ]] || { echo "LAB_DRAFTS must include regenerated"; exit 2; }
+case ${LAB_SCORE_DRAFT:-original} in original|none) ;;
+  *) echo "LAB_SCORE_DRAFT: original (the default) or none"; exit 2;; esac
 if table selection && [ "${LAB_SCORE_DRAFT:-original}" != none ] \
   && [[ " $DRAFTS " != *" original "* ]]; then
   echo "LAB_DRAFTS: the selection table speculates with the original draft"; exit 2; fi
