@@ -118,12 +118,14 @@ DRAFTS=()
 for name in "${NAMES[@]}"; do
   for s in $SEEDS; do DRAFTS+=("$name-$s=$(last_ckpt "$(draft_dir "$name" "$s")")"); done
 done
-for s in $SEEDS; do  # untrained: speculators' model freshly initialised, per seed
+for s in $SEEDS; do  # untrained: speculators' model freshly initialised, per seed, with the
+  # trained draft's vocabulary (its token mapping; the verifier's head rows it selects)
   "$SPEC" -c 'import sys, torch
 from speculators.models.eagle3 import Eagle3DraftModel
-config = Eagle3DraftModel.from_pretrained(sys.argv[1]).config
+trained = Eagle3DraftModel.from_pretrained(sys.argv[1])
 torch.manual_seed(int(sys.argv[3]))
-model = Eagle3DraftModel(config)
+model = Eagle3DraftModel(trained.config)
+model.load_vocab_mappings(trained.t2d, trained.d2t)
 model.load_verifier_weights()
 model.save_pretrained(sys.argv[2])' "$(last_ckpt "$R/drafts/regenerated/seed-0")" \
     "$R/drafts/untrained/seed-$s/ckpt/0" "$s" > /dev/null 2>&1

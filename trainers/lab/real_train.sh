@@ -21,9 +21,12 @@ LAYERS=${LAB_AUX_LAYERS:-2 15 27}
 VOCAB=${LAB_DRAFT_VOCAB:-8192}
 rm -rf "$OUT" && mkdir -p "$OUT"
 for side in train validation; do
-  file=$EXPORT/speculators.jsonl
-  [ "$side" = validation ] && file=$EXPORT/speculators.validation.jsonl
-  "$SPEC" -m speculators prepare-data --model "$TARGET" --data "$file" \
+  # prepare-data counts token frequencies only when told (--no-skip-token-freq; its default
+  # skips them, and the trainer then falls back to the target's whole vocabulary without
+  # failing): the training rows' counts pick the draft's LAB_DRAFT_VOCAB tokens.
+  file=$EXPORT/speculators.jsonl freq=--no-skip-token-freq
+  [ "$side" = validation ] && file=$EXPORT/speculators.validation.jsonl freq=--skip-token-freq
+  "$SPEC" -m speculators prepare-data --model "$TARGET" --data "$file" $freq \
     --output "$OUT/prep-$side" --seq-length 2048 > "$OUT/prepare-$side.log" 2>&1 \
     || { tail -20 "$OUT/prepare-$side.log"; exit 1; }
 done
