@@ -46,6 +46,8 @@ case ${LAB_SCORE_DRAFT:-original} in original|none) ;;
 if table selection && [ "${LAB_SCORE_DRAFT:-original}" != none ] \
   && [[ " $DRAFTS " != *" original "* ]]; then
   echo "LAB_DRAFTS: the selection table speculates with the original draft"; exit 2; fi
+case ${LAB_SELECTION_BUDGET:-epochs} in epochs|compute|full) ;;
+  *) echo "LAB_SELECTION_BUDGET: epochs (the default), compute or full"; exit 2;; esac
 SEED0=${SEEDS%% *}
 if [ "$SMALL" = 1 ]; then PROMPTS=80 TARGET_STEPS=150 DRAFT_STEPS=60 MAX_NEW=96
 else PROMPTS=240 TARGET_STEPS=400 DRAFT_STEPS=300 MAX_NEW=256; fi

@@ -112,6 +112,29 @@ def test_a_same_compute_row_is_compared_with_the_same_compute_random(work: Path)
     assert "ci95_vs_random" not in rows["random+compute"]
 
 
+def test_a_full_compute_random_half_as_good_as_all_the_data_reads_as_no_difference(
+    work: Path,
+) -> None:
+    """LAB_SELECTION_BUDGET=full: random+full against the full draft is the data-rich test
+    (the regenerated draft accepts 12-14 per prompt here); RULE+full is read against it."""
+    ids = {f"p{i}": [i, i + 1] for i in range(12)}
+    folder = work / "selection"
+    folder.mkdir()
+    for seed in (0, 1, 2):
+        random_half = {p: 12 + (i * ((seed + 1) % 3)) % 3 for i, p in enumerate(ids)}
+        rows = {"random+full": random_half, "deviation+full": {p: 4 for p in ids}}
+        for row, accepted in rows.items():
+            (folder / f"{row}-seed{seed}.json").write_text(json.dumps(_run(ids, accepted)))
+    summary = _module("summary")
+    summary.main(str(work / "summary.json"), str(work), "0 1 2", "main selection")
+    table = json.loads((work / "summary.json").read_text())["selection_table"]
+    rows_out = {r["rule"]: r for r in table}
+    random = rows_out["random+full"]
+    assert random["budget"] == "full" and random["ci95_vs_full"]["verdict"] == "no difference"
+    deviation = rows_out["deviation+full"]
+    assert deviation["ci95_vs_random"]["verdict"] == "lower"
+
+
 def _gates(tmp_path: Path, summary: dict) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summary))

@@ -43,7 +43,9 @@ if [ -n "${LAB_RESUME:-}" ] && [ -s "$R/original/speculators.jsonl" ]; then
   step "real on-policy data: kept from the previous run (LAB_RESUME)"
 else
   step "real on-policy data: eagle3-datagen run against the emulator serving SmolLM2 (batched)"
-  SERVE_TARGET=$TARGET serve "$R/emulator-generate.log" --max-running-requests 8
+  # The batched decoding is the only busy process here: it gets both cores (REAL_GEN_THREADS).
+  SERVE_TARGET=$TARGET OMP_NUM_THREADS=${REAL_GEN_THREADS:-2} serve "$R/emulator-generate.log" \
+    --max-running-requests 8
   t=$(date +%s)
   uv run eagle3-datagen run "$R/real.yaml" --server-url "http://127.0.0.1:$PORT" \
     --output "$R/dataset" > "$R/run.log" 2>&1 || { tail -30 "$R/run.log"; exit 1; }

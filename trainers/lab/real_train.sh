@@ -47,5 +47,13 @@ for seed in "$@"; do
     --max-steps "$STEPS" --scheduler-total-steps "$STEPS" --lr 3e-3 --optimizer adamw --seed "$seed" \
     --log-freq 10 --save-path "$OUT/seed-$seed/ckpt" > "$OUT/train-$seed.log" 2>&1 \
     || { tail -30 "$OUT/train-$seed.log"; exit 1; }
+  # speculators' trainer falls back to the target's whole vocabulary with only a warning when it
+  # finds no token counts; a draft of another vocabulary than asked stops the lab here.
+  python3 -c 'import json, pathlib, sys
+ckpts = sorted(pathlib.Path(sys.argv[1]).glob("[0-9]*"), key=lambda p: int(p.name))
+got = json.loads((ckpts[-1] / "config.json").read_text())["draft_vocab_size"]
+if got != int(sys.argv[2]):
+    sys.exit(f"{ckpts[-1]}: draft vocabulary {got}, not LAB_DRAFT_VOCAB={sys.argv[2]}")' \
+    "$OUT/seed-$seed/ckpt" "$VOCAB"
 done
 echo "drafts: $OUT/seed-{$(echo "$@" | tr ' ' ,)} (train_data_ratio $RATIO, $STEPS steps)"

@@ -10,7 +10,8 @@
                                           with KEEP, the same compute for every rule instead:
                                           FULL_STEPS x KEEP (a random KEEP subset's expected
                                           steps), so a rule that keeps longer conversations
-                                          gets no more training than random
+                                          gets no more training than random (KEEP 1:
+                                          the full draft's steps, LAB_SELECTION_BUDGET=full)
 
 Runs with the project's environment (pyarrow); prints one line, the last of which a shell reads.
 """
@@ -56,6 +57,8 @@ def steps(full: str, selected: str, full_steps: str, keep: str = "") -> None:
     budget = "same epochs"
     if keep:
         n, budget = max(1, round(int(full_steps) * float(keep))), f"same compute as keep {keep}"
+        if float(keep) == 1:
+            budget = "the full draft's compute"
     print(f"{len(chosen)} rows, {tokens} of {full_tokens} training tokens: {n} steps ({budget})")
     print(n)
 

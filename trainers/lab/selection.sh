@@ -19,6 +19,10 @@
 #     LAB_SELECTION_BUDGET=compute gives every row the same steps instead (DRAFT_STEPS x KEEP:
 #     a rule that keeps longer conversations would otherwise train longer than random); its
 #     rows are named RULE[@KEEP]+compute and compared with random+compute.
+#     LAB_SELECTION_BUDGET=full gives every row the full-data draft's DRAFT_STEPS (rows
+#     RULE[@KEEP]+full): random+full against the full draft says whether the data is redundant
+#     at that compute (half of it, trained as long, as good as all of it: the data-rich regime),
+#     and each rule against random+full whether choosing the half by rule beats drawing it.
 RULES=${LAB_SELECTION_RULES:-flatness deviation acceptance random}
 if [ "${LAB_SCORE_DRAFT:-original}" = none ]; then
   RULES=${LAB_SELECTION_RULES:-flatness deviation random}
@@ -47,7 +51,10 @@ for keep in ${LAB_SELECTION_KEEPS:-0.5}; do
     row=$rule
     [ "$keep" = 0.5 ] || row=$rule@$keep
     same_compute=
-    if [ "${LAB_SELECTION_BUDGET:-epochs}" = compute ]; then row=$row+compute same_compute=$keep; fi
+    case ${LAB_SELECTION_BUDGET:-epochs} in
+      compute) row=$row+compute same_compute=$keep ;;
+      full) row=$row+full same_compute=1 ;;
+    esac
     for seed in $SEEDS; do
       name=$row-seed$seed dir=sel-${row/@/-keep}-seed$seed
       done_before "$WORK/selection/$name.json" && continue
