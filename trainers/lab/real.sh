@@ -9,7 +9,9 @@
 #  4. Drafts, REAL_SEEDS each (speculators' trainer; --seed: initialisation and data order): on
 #     the original answers, on the regenerated ones, on random fractions of the regenerated
 #     records (the learning curve: `select --by random --seed S`, a subset per seed), on each
-#     select rule's fractions (against the random draft of the same fraction); and untrained ones.
+#     select rule's fractions (against the random draft of the same fraction); the learning
+#     curve's subsets again for the full draft's steps (random+full-F: data or compute?); and
+#     untrained ones.
 #  5. Every draft measured on every held-out prompt by replay (real_measure.py, replay.py), the
 #     emulator's live speculating loop on a sample (REAL_LIVE_PROMPTS), then the tables.
 R=$WORK/real
@@ -49,7 +51,8 @@ else
   t=$(date +%s)
   uv run eagle3-datagen run "$R/real.yaml" --server-url "http://127.0.0.1:$PORT" \
     --output "$R/dataset" > "$R/run.log" 2>&1 || { tail -30 "$R/run.log"; exit 1; }
-  echo "{\"seconds\": $(( $(date +%s) - t ))}" > "$R/generate.json"
+  echo "{\"seconds\": $(( $(date +%s) - t )), \"threads\": ${REAL_GEN_THREADS:-2}}" \
+    > "$R/generate.json"
   tail -3 "$R/run.log"
   stop_server
   uv run eagle3-datagen export "$R/dataset" --format speculators --validation 0.25 \
@@ -114,6 +117,13 @@ for f in $FRACTIONS; do
   step "learning curve: random $f of the regenerated records (seeds $SEEDS, a subset each)"
   for s in $SEEDS; do subset "random-$f-s$s" random "$f" "$s" "$s"; done
   NAMES+=("random-$f")
+done
+# The same subsets trained for as many steps as all the records (the full draft's compute):
+# whether a smaller set falls short for want of data or of training.
+for f in $FRACTIONS; do
+  step "learning curve at the full draft's compute: the random $f subsets, $R_STEPS steps"
+  for s in $SEEDS; do SEEDS=$s chain "random+full-$f-s$s" "$R/sub-random-$f-s$s" "$R_STEPS"; done
+  NAMES+=("random+full-$f")
 done
 drain
 DRAFTS=()

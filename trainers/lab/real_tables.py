@@ -12,7 +12,8 @@ and set B, which only re-checks the headline (regenerated minus original).
 
 usage: python real_tables.py SUMMARY_JSON REAL_DIR TARGET_DIR [--small] [--results MD]
        [--plot PNG]
-Merges ``real``, ``learning_curve`` and ``selection_real`` into SUMMARY_JSON (its
+Merges ``real``, ``learning_curve``, ``learning_curve_same_compute`` (the curve's subsets
+trained for the full draft's steps) and ``selection_real`` into SUMMARY_JSON (its
 ``lossless_mismatches`` grows by the real drafts'), and prepends a dated entry to MD.
 """
 
@@ -138,6 +139,8 @@ def main(summary_path: str, real_dir: str, target_dir: str, *opts: str) -> None:
             ),
         },
         "generation_seconds": json.loads((real / "generate.json").read_text())["seconds"],
+        # runs before REAL_GEN_THREADS decoded on one thread
+        "generation_threads": json.loads((real / "generate.json").read_text()).get("threads", 1),
         "plain_tokens_per_s": round(
             measured["plain"]["tokens"] / max(measured["plain"]["seconds"], 1e-9), 1
         ),
@@ -167,10 +170,25 @@ def main(summary_path: str, real_dir: str, target_dir: str, *opts: str) -> None:
         for f in fractions
     ]
     curve.append({"fraction": 1.0, "train_rows": full_rows, **accept["regenerated"]})
+    same_compute = []  # the same random subsets trained for the full draft's steps
+    for f in fractions:
+        if f"random+full-{f}" not in drafts:
+            continue
+        diff = difference(drafts[f"random+full-{f}"], drafts["regenerated"], in_a)
+        same_compute.append(
+            {
+                "fraction": float(f),
+                "train_rows": subset_rows(real, f"random-{f}"),
+                **spread(drafts[f"random+full-{f}"], in_a),
+                "minus_full": diff["mean"],
+                "ci95_vs_full": diff["ci95"],
+                "verdict": diff.get("verdict", "better" if diff["mean"] > 0 else "worse"),
+            }
+        )
     selection = []
     for name, runs in sorted(drafts.items()):
         rule, _, f = name.rpartition("-")
-        if rule in ("", "random") or f not in fractions:
+        if rule in ("", "random", "random+full") or f not in fractions:
             continue
         diff = difference(runs, drafts[f"random-{f}"], in_a)
         row = {
@@ -187,17 +205,20 @@ def main(summary_path: str, real_dir: str, target_dir: str, *opts: str) -> None:
     summary["lossless_mismatches"] = summary.get("lossless_mismatches", 0) + mismatches
     summary["real"] = table
     summary["learning_curve"] = curve
+    summary["learning_curve_same_compute"] = same_compute
     summary["selection_real"] = selection
     Path(summary_path).write_text(json.dumps(summary, indent=1))
-    text = render(table, curve, selection)
+    text = render(table, curve, selection, same_compute)
     print(text)
     if "--plot" in opts:
-        plot(curve, accept, opts[opts.index("--plot") + 1])
+        plot(curve, accept, opts[opts.index("--plot") + 1], same_compute)
     if "--results" in opts:
         append_results(opts[opts.index("--results") + 1], text, "--small" in opts, table)
 
 
-def render(table: dict, curve: list[dict], selection: list[dict]) -> str:
+def render(
+    table: dict, curve: list[dict], selection: list[dict], same_compute: list[dict] = ()
+) -> str:
     def ms(d: dict) -> str:
         return f"{d['mean']:.3f} ± {d['sd']:.3f} ({d['seeds']} seeds)"
 
@@ -231,6 +252,19 @@ def render(table: dict, curve: list[dict], selection: list[dict]) -> str:
         "|---|---|---|",
     ]
     lines += [f"| {r['fraction']:g} | {r['train_rows']} | {ms(r)} |" for r in curve]
+    if same_compute:
+        lines += [
+            "",
+            "| the same subsets, as many steps as all the records | training rows | accept "
+            "length | minus all the records, 95 % CI | verdict |",
+            "|---|---|---|---|---|",
+        ]
+        for r in same_compute:
+            lo, hi = r["ci95_vs_full"]
+            lines.append(
+                f"| {r['fraction']:g} | {r['train_rows']} | {ms(r)} | {r['minus_full']:+.3f} "
+                f"[{lo:+.3f}, {hi:+.3f}] | {r['verdict']} |"
+            )
     if selection:
         lines += [
             "",
@@ -255,17 +289,18 @@ def render(table: dict, curve: list[dict], selection: list[dict]) -> str:
     ]
     lines += [
         "",
-        f"Speed (one thread per process): the generation run (the pipeline against the "
-        f"batched backend, 8 in flight) {table['generation_seconds']} s, "
+        f"Speed: the generation run (the pipeline against the batched backend, 8 in flight, "
+        f"{table['generation_threads']} threads) {table['generation_seconds']} s, "
         f"{table['batched_tokens_per_s']} output tokens/s; plain decoding one sequence at a "
-        f"time {table['plain_tokens_per_s']} tokens/s; speculating (chain of 3) with the "
+        f"time {table['plain_tokens_per_s']} tokens/s and speculating (chain of 3, one "
+        "thread per process) with the "
         + ", ".join(f"{n} draft {v}" for n, v in table["speculating_tokens_per_s"].items())
         + " tokens/s.",
     ]
     return "\n".join(lines)
 
 
-def plot(curve: list[dict], accept: dict, out: str) -> None:
+def plot(curve: list[dict], accept: dict, out: str, same_compute: list[dict] = ()) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -279,8 +314,17 @@ def plot(curve: list[dict], accept: dict, out: str) -> None:
         yerr=[r["sd"] for r in curve],
         marker="o",
         capsize=3,
-        label="regenerated, random subsets",
+        label="regenerated, random subsets (same epochs)",
     )
+    if same_compute:
+        ax.errorbar(
+            [r["train_rows"] for r in same_compute] + [curve[-1]["train_rows"]],
+            [r["mean"] for r in same_compute] + [curve[-1]["mean"]],
+            yerr=[r["sd"] for r in same_compute] + [curve[-1]["sd"]],
+            marker="s",
+            capsize=3,
+            label="the same subsets, the full draft's steps",
+        )
     for name, style in (("original", "--"), ("untrained", ":")):
         ax.axhline(accept[name]["mean"], linestyle=style, color="grey", label=f"{name} (all rows)")
     ax.set_xlabel("training records")
