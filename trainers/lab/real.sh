@@ -21,9 +21,9 @@ TARGET=$(mkdir -p "${LAB_CACHE:-trainers/work/cache}" && cd "${LAB_CACHE:-traine
 SEEDS=${REAL_SEEDS:-0 1 2}
 if [ "$SMALL" = 1 ]; then PER_SOURCE=16 R_MAX_NEW=32 R_STEPS=12 FRACTIONS="0.5" SEL_FRACTIONS="0.5"
   RULES=${REAL_RULES:-flatness}
-# The full run: 128 prompts, 128 new tokens, 100 draft steps (about two epochs of the
+# The full run: 128 prompts, 128 new tokens, 200 draft steps (about four epochs of the
 # regenerated records), the learning curve and selection at 1/2 and 1/4.
-else PER_SOURCE=64 R_MAX_NEW=128 R_STEPS=100 FRACTIONS="0.25 0.5" SEL_FRACTIONS="0.5 0.25"; fi
+else PER_SOURCE=64 R_MAX_NEW=128 R_STEPS=200 FRACTIONS="0.25 0.5" SEL_FRACTIONS="0.5 0.25"; fi
 # REAL_* move the sizes (a quick check of the steps: REAL_PER_SOURCE=4 REAL_STEPS=2 ...).
 PER_SOURCE=${REAL_PER_SOURCE:-$PER_SOURCE} R_STEPS=${REAL_STEPS:-$R_STEPS}
 R_MAX_NEW=${REAL_MAX_NEW:-$R_MAX_NEW} FRACTIONS=${REAL_FRACTIONS:-$FRACTIONS}
