@@ -55,5 +55,11 @@ got = json.loads((ckpts[-1] / "config.json").read_text())["draft_vocab_size"]
 if got != int(sys.argv[2]):
     sys.exit(f"{ckpts[-1]}: draft vocabulary {got}, not LAB_DRAFT_VOCAB={sys.argv[2]}")' \
     "$OUT/seed-$seed/ckpt" "$VOCAB"
+  # Only the last checkpoint's weights are measured: the earlier epochs' checkpoints and the
+  # optimizer state (93 MB an epoch here) would fill a disk over a full run's ~50 drafts.
+  last=$(find "$OUT/seed-$seed/ckpt" -mindepth 1 -maxdepth 1 -type d -name '[0-9]*' | sort -V | tail -1)
+  find "$OUT/seed-$seed/ckpt" -mindepth 1 -maxdepth 1 ! -path "$last" -exec rm -rf {} +
+  rm -f "$last"/optimizer_state_dict.pt "$last"/scheduler_state_dict.pt
 done
+rm -rf "$OUT/prep" "$OUT/prep-train" "$OUT/prep-validation"  # the prepared rows, hidden states
 echo "drafts: $OUT/seed-{$(echo "$@" | tr ' ' ,)} (train_data_ratio $RATIO, $STEPS steps)"
