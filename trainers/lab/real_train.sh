@@ -47,17 +47,16 @@ for seed in "$@"; do
     --max-steps "$STEPS" --scheduler-total-steps "$STEPS" --lr 3e-3 --optimizer adamw --seed "$seed" \
     --log-freq 10 --save-path "$OUT/seed-$seed/ckpt" > "$OUT/train-$seed.log" 2>&1 \
     || { tail -30 "$OUT/train-$seed.log"; exit 1; }
+  last=$(find "$OUT/seed-$seed/ckpt" -mindepth 1 -maxdepth 1 -type d -name '[0-9]*' | sort -V | tail -1)
   # speculators' trainer falls back to the target's whole vocabulary with only a warning when it
   # finds no token counts; a draft of another vocabulary than asked stops the lab here.
-  python3 -c 'import json, pathlib, sys
-ckpts = sorted(pathlib.Path(sys.argv[1]).glob("[0-9]*"), key=lambda p: int(p.name))
-got = json.loads((ckpts[-1] / "config.json").read_text())["draft_vocab_size"]
+  python3 -c 'import json, sys
+got = json.load(open(sys.argv[1] + "/config.json"))["draft_vocab_size"]
 if got != int(sys.argv[2]):
-    sys.exit(f"{ckpts[-1]}: draft vocabulary {got}, not LAB_DRAFT_VOCAB={sys.argv[2]}")' \
-    "$OUT/seed-$seed/ckpt" "$VOCAB"
+    sys.exit(f"{sys.argv[1]}: draft vocabulary {got}, not LAB_DRAFT_VOCAB={sys.argv[2]}")' \
+    "$last" "$VOCAB"
   # Only the last checkpoint's weights are measured: the earlier epochs' checkpoints and the
   # optimizer state (93 MB an epoch here) would fill a disk over a full run's ~50 drafts.
-  last=$(find "$OUT/seed-$seed/ckpt" -mindepth 1 -maxdepth 1 -type d -name '[0-9]*' | sort -V | tail -1)
   find "$OUT/seed-$seed/ckpt" -mindepth 1 -maxdepth 1 ! -path "$last" -exec rm -rf {} +
   rm -f "$last"/optimizer_state_dict.pt "$last"/scheduler_state_dict.pt
 done
