@@ -195,8 +195,9 @@ def softmax(logits: Sequence[float], temperature: float) -> list[float]:
 
 
 def argmax(values: Sequence[float]) -> int:
-    """The first index of the largest value (torch.argmax's tie rule)."""
-    return max(range(len(values)), key=lambda i: (values[i], -i))
+    """The first index of the largest value (torch.argmax's tie rule): ``max`` keeps the first
+    of equal values and ``index`` finds the first, both in C (a 160k vocabulary row: ms)."""
+    return values.index(max(values))
 
 
 def sample(probs: Sequence[float], rng: random.Random) -> int:

@@ -12,17 +12,20 @@ torch-computed distributions; the per-request counters go back in ``Generation.c
 A package of its own, outside the runtime wheel: it imports torch (and, for a draft,
 speculators), which are not the project's dependencies; the emulator imports it only when the
 flag is given (``sglang_emulator.backend.load_backend``). The requests in flight are served
-together: without a draft as one padded batch (left padding, one KV cache, finished rows
-dropped from it); with a draft one sequence after another within the batch (each its own
-cache, cropped to the accepted tokens).
+together, with a draft or without, by one loop (``ModelGenerator.generate_many``): one padded
+batch (left padding, one KV cache, finished rows dropped from it); a verify step feeds every
+row its last token and its ``k`` drafts at once, and the drafts a row rejected are masked out
+of the cache (the row's positions go on from its accepted ones), so rows accepting different
+numbers of tokens share one forward pass.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 import torch
 
@@ -62,18 +65,8 @@ def distribution(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
     return probs
 
 
-@dataclass
-class _State:
-    """The target's KV cache covers ``ids[:-1]``; ``aux`` holds its EAGLE-3 features for the
-    same positions (the inputs of the draft's target layers)."""
-
-    ids: list[int]
-    cache: Any
-    aux: list[torch.Tensor]
-
-
 class TransformersTarget:
-    """The target model: prefill and cached forward passes that also return EAGLE-3 features."""
+    """The target model, and where its EAGLE-3 features come from."""
 
     def __init__(self, path: Path, aux_layers: tuple[int, ...] = (1, 2, 3)) -> None:
         from transformers import AutoModelForCausalLM
@@ -81,32 +74,25 @@ class TransformersTarget:
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         self.aux_layers = aux_layers
 
-    def forward(self, state: _State, new: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits [len(new), vocab] and aux features [len(new), 3 * hidden] of ``new``."""
-        with torch.no_grad():
-            out = self.model(
-                input_ids=torch.tensor([new]),
-                past_key_values=state.cache,
-                use_cache=True,
-                output_hidden_states=True,
-            )
-        state.cache = out.past_key_values
-        aux = torch.cat([out.hidden_states[i][0] for i in self.aux_layers], dim=-1)
-        return out.logits[0], aux
-
-    def prefill(self, prompt: list[int]) -> tuple[_State, torch.Tensor]:
-        state = _State(list(prompt), None, [])
-        logits, aux = self.forward(state, list(prompt))
-        state.aux.append(aux)
-        return state, logits[-1]
+    def features(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The EAGLE-3 features [batch, positions, layers * hidden] of a forward pass's hidden
+        states (the inputs of ``aux_layers``)."""
+        return torch.cat([hidden_states[i] for i in self.aux_layers], dim=-1)
 
 
 class Drafter(Protocol):
     """What the verifier needs from a draft: ``k`` tokens after ``ids`` and the distributions
-    they came from (``aux``: the target's EAGLE-3 features of ``ids[:-1]``)."""
+    they came from (``aux``: the target's EAGLE-3 features of ``ids[:-1]``). ``slot`` names the
+    row of the batch, whose work the draft may keep between its verify steps."""
 
     def propose(
-        self, ids: list[int], aux: torch.Tensor, k: int, s: Sampling, rng: random.Random
+        self,
+        ids: list[int],
+        aux: torch.Tensor,
+        k: int,
+        s: Sampling,
+        rng: random.Random,
+        slot: int = 0,
     ) -> tuple[list[int], list[list[float]]]: ...
 
 
@@ -129,7 +115,8 @@ class Eagle3Chain:
         from speculators.models.eagle3 import Eagle3DraftModel
 
         self.rejection_sampling = rejection_sampling
-        self._memo: tuple[list[int], int, Any] | None = None  # (ids, positions, step-0 cache)
+        # per slot of the batch: (ids, positions, step-0 cache) of its last proposal
+        self._memos: dict[int, tuple[list[int], int, Any]] = {}
         self.model = Eagle3DraftModel.from_pretrained(str(path), dtype=torch.float32).eval()
         # Step 0's keys are kept between verify steps only where the draft's attention takes a
         # plain causal mask over the cached and new positions (sdpa, eager); speculators' flex
@@ -183,7 +170,13 @@ class Eagle3Chain:
         return h, logits
 
     def propose(
-        self, ids: list[int], aux: torch.Tensor, k: int, s: Sampling, rng: random.Random
+        self,
+        ids: list[int],
+        aux: torch.Tensor,
+        k: int,
+        s: Sampling,
+        rng: random.Random,
+        slot: int = 0,
     ) -> tuple[list[int], list[list[float]]]:
         """``k`` draft tokens after ``ids`` and the target-vocabulary distributions they came
         from (one-hot when greedy). ``aux`` holds the target's features of ``ids[:-1]``."""
@@ -193,10 +186,12 @@ class Eagle3Chain:
         n = aux.shape[0]
         # Step 0 of an accepted position never changes (its target features and next token are
         # fixed), so its keys stay in the draft's cache from the previous verify step of the
-        # same sequence; only the new positions run (the chain's own entries are cropped).
+        # same sequence (the same slot); only the new positions run (the chain's own entries
+        # are cropped). A slot now serving another sequence fails the prefix check: it starts over.
         start, cache = 0, None
-        if self._memo is not None and self._keeps_step0:
-            old_ids, old_n, old_cache = self._memo
+        memo = self._memos.get(slot)
+        if memo is not None and self._keeps_step0:
+            old_ids, old_n, old_cache = memo
             if n > 0 and old_n <= n and ids[: old_n + 1] == old_ids:
                 # at least the last position runs again: it is the one that proposes (a new
                 # request repeating the previous one's prompt has no new position at all)
@@ -213,7 +208,7 @@ class Eagle3Chain:
                 q = torch.arange(start, n).unsqueeze(1)
                 mask = (torch.arange(n).unsqueeze(0) <= q)[None, None]
             h, logits = self._step(hidden, tokens, positions, cache, mask)
-            self._memo = (list(ids[: n + 1]), n, cache)
+            self._memos[slot] = (list(ids[: n + 1]), n, cache)
             drafts: list[int] = []
             dists: list[list[float]] = []
             for j in range(k):
@@ -234,7 +229,9 @@ class Eagle3Chain:
         full[self.to_target] = logits
         if s.greedy or not self.rejection_sampling:
             token = int(torch.argmax(full))
-            return token, [1.0 if i == token else 0.0 for i in range(full.shape[0])]
+            one_hot = [0.0] * full.shape[0]
+            one_hot[token] = 1.0
+            return token, one_hot
         probs = distribution(full, s).tolist()
         return sample(probs, rng), probs
 
@@ -267,13 +264,46 @@ class Scorer:
             self.rows.append((float(lp[i, token]), top))
 
 
+@dataclass
+class _Row:
+    """One request of a batch: prompt + output so far (``ids``), the target's features of
+    ``ids[:-1]`` (with a draft), its own sampling, generator, limit and stops."""
+
+    ids: list[int]
+    s: Sampling
+    rng: random.Random
+    limit: int
+    stops: frozenset[int]
+    scorer: Scorer | None
+    tally: VerifyTally | None
+    out: list[int] = field(default_factory=list)
+    aux: list[torch.Tensor] = field(default_factory=list)
+
+    def done(self) -> bool:
+        return _done(self.out, self.limit, self.stops, self.s.min_new_tokens)
+
+    def commit(self, logits: torch.Tensor, tokens: list[int]) -> None:
+        """Append ``tokens``; row ``j`` of ``logits`` is the distribution token ``j`` came from."""
+        self.out += tokens
+        self.ids += tokens
+        if self.scorer is not None:
+            self.scorer.add(logits, tokens)
+
+    def result(self) -> tuple[list[int], SpecCounters | None]:
+        """The output through its stop id (kept) or its limit: a verify step can go past both."""
+        out = _through_stop(self.out, self.limit, self.stops, self.s.min_new_tokens)
+        if self.scorer is not None:
+            del self.scorer.rows[len(out) :]
+        return out, (self.tally.counters(len(out)) if self.tally is not None else None)
+
+
 class ModelGenerator:
     """Generation with the target alone, or speculative with a draft chain of ``steps``."""
 
     def __init__(self, target: TransformersTarget, draft: Drafter | None, steps: int) -> None:
         self.target = target
         self.draft = draft
-        self.steps = steps
+        self.steps = steps if draft is not None else 0
 
     def generate(
         self,
@@ -284,59 +314,153 @@ class ModelGenerator:
         stops: frozenset[int],
         scorer: Scorer | None = None,
     ) -> tuple[list[int], SpecCounters | None]:
-        """Output ids and speculation counters; ``scorer`` (if given) gets the target's
-        logits at every output position (with a draft: those the verifier kept)."""
-        rng = random.Random(seed)
-        state, logits = self.target.prefill(prompt)
-        out = [self._pick(logits, s, rng)]
-        state.ids.append(out[0])
-        if scorer is not None:
-            scorer.add(logits.unsqueeze(0), out)
-        tally = VerifyTally() if self.draft is not None else None
-        while not _done(out, limit, stops, s.min_new_tokens):
-            if tally is None:
-                logits, aux = self.target.forward(state, [state.ids[-1]])
-                state.aux.append(aux)
-                token = self._pick(logits[-1], s, rng)
-                out.append(token)
-                state.ids.append(token)
-                if scorer is not None:
-                    scorer.add(logits[-1:], [token])
+        """One request: a batch of one."""
+        return self.generate_many([prompt], [s], [seed], [limit], [stops], [scorer])[0]
+
+    def generate_many(
+        self,
+        prompts: list[list[int]],
+        samplings: list[Sampling],
+        seeds: list[int],
+        limits: list[int],
+        stops: list[frozenset[int]],
+        scorers: list[Scorer | None],
+    ) -> list[tuple[list[int], SpecCounters | None]]:
+        """Each prompt's output ids and speculation counters, served as one batch; each row
+        draws from its own seed's generator in the order it would alone, so a row's output does
+        not depend on its batch. ``scorers`` get the target's logits at every output position
+        (with a draft: those the verifier kept)."""
+        from transformers import DynamicCache
+
+        speculating = self.draft is not None
+        rows = [
+            _Row(
+                list(p),
+                s,
+                random.Random(seed),
+                limit,
+                st,
+                sc,
+                VerifyTally() if speculating else None,
+            )
+            for p, s, seed, limit, st, sc in zip(
+                prompts, samplings, seeds, limits, stops, scorers, strict=True
+            )
+        ]
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        cache = DynamicCache()
+        with torch.no_grad():
+            out = self.target.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                past_key_values=cache,
+                use_cache=True,
+                output_hidden_states=speculating,
+            )
+            aux = self.target.features(out.hidden_states) if speculating else None
+            for b, row in enumerate(rows):
+                if aux is not None:
+                    row.aux.append(aux[b, width - len(prompts[b]) :])
+                row.commit(out.logits[b, -1:], [_pick(out.logits[b, -1], row.s, row.rng)])
+            next_pos = mask.sum(-1)  # the position of each row's last token, fed next
+            live = list(range(len(rows)))  # the original index of each row still in the cache
+            while True:
+                keep = [r for r, b in enumerate(live) if not rows[b].done()]
+                if not keep:
+                    break
+                if len(keep) < len(live):
+                    index = torch.tensor(keep)
+                    cache.batch_select_indices(index)
+                    mask, next_pos = mask[index], next_pos[index]
+                    live = [live[r] for r in keep]
+                mask, next_pos = self._step(rows, live, cache, mask, next_pos)
+        return [row.result() for row in rows]
+
+    def _step(
+        self,
+        rows: list[_Row],
+        live: list[int],
+        cache: Any,
+        mask: torch.Tensor,
+        next_pos: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward pass over the live rows: each row's last token and its drafts; then
+        each row commits what its verifier kept (without a draft: one sampled token)."""
+        k = self.steps
+        proposals = [
+            self.draft.propose(
+                rows[b].ids, torch.cat(rows[b].aux), k, rows[b].s, rows[b].rng, slot=b
+            )
+            if self.draft is not None
+            else ([], [])
+            for b in live
+        ]
+        feed = torch.tensor(
+            [[rows[b].ids[-1], *drafts] for b, (drafts, _) in zip(live, proposals, strict=True)]
+        )
+        mask = torch.cat([mask, torch.ones(len(live), k + 1, dtype=mask.dtype)], dim=-1)
+        out = self.target.model(
+            input_ids=feed,
+            attention_mask=mask,
+            position_ids=next_pos.unsqueeze(1) + torch.arange(k + 1),
+            past_key_values=cache,
+            use_cache=True,
+            output_hidden_states=self.draft is not None,
+        )
+        aux = self.target.features(out.hidden_states) if self.draft is not None else None
+        next_pos = next_pos.clone()
+        for r, (b, (drafts, q)) in enumerate(zip(live, proposals, strict=True)):
+            row, logits = rows[b], out.logits[r]
+            if aux is None:
+                tokens = [_pick(logits[-1], row.s, row.rng)]
             else:
-                made = self._verify_step(state, s, rng, scorer)
-                tally.step(len(made) - 1)
-                out += made
-        out = _through_stop(out, limit, stops, s.min_new_tokens)
-        if scorer is not None:  # a verify step can go past the limit or a stop
-            del scorer.rows[len(out) :]
-        return out, (tally.counters(len(out)) if tally is not None else None)
+                tokens = _verify(logits, drafts, q, row.s, row.rng)
+                accepted = len(tokens) - 1
+                # the drafts after the accepted ones leave the row's attention for good
+                mask[r, mask.shape[1] - k + accepted :] = 0
+                row.aux.append(aux[r, : accepted + 1])
+                assert row.tally is not None
+                row.tally.step(accepted)
+            row.commit(logits, tokens)
+            next_pos[r] += len(tokens)
+        return mask, next_pos
 
-    def _verify_step(
-        self, state: _State, s: Sampling, rng: random.Random, scorer: Scorer | None = None
-    ) -> list[int]:
-        assert self.draft is not None
-        kept = len(state.ids) - 1  # the cache's length before this step
-        aux = torch.cat(state.aux, dim=0)
-        drafts, q = self.draft.propose(state.ids, aux, self.steps, s, rng)
-        logits, new_aux = self.target.forward(state, [state.ids[-1], *drafts])
-        if s.greedy:
-            verified = verify_greedy(logits.tolist(), drafts)
-        else:
-            p = [distribution(row, s).tolist() for row in logits]
-            verified = verify_sampling(p, q, drafts, rng)
-        accepted = verified.num_correct_drafts
-        state.cache.crop(kept + 1 + accepted)
-        state.aux.append(new_aux[: accepted + 1])
-        state.ids += verified.tokens
-        if scorer is not None:  # row j is the target's distribution after draft j - 1
-            scorer.add(logits, list(verified.tokens))
-        return list(verified.tokens)
 
-    @staticmethod
-    def _pick(logits: torch.Tensor, s: Sampling, rng: random.Random) -> int:
-        if s.greedy:
-            return int(torch.argmax(logits))
-        return sample(distribution(logits, s).tolist(), rng)
+def _verify(
+    logits: torch.Tensor, drafts: list[int], q: list[list[float]], s: Sampling, rng: random.Random
+) -> list[int]:
+    """The tokens the lossless verifier commits: the accepted drafts and one of the target's."""
+    if s.greedy:  # the verifier reads rows up to the first rejection: convert only those
+        return list(verify_greedy(_LazyRows(logits), drafts).tokens)
+    p = [distribution(row, s).tolist() for row in logits]
+    return list(verify_sampling(p, q, drafts, rng).tokens)
+
+
+class _LazyRows(Sequence[list[float]]):
+    """The rows of a logits tensor as lists, each converted when read."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
+
+    def __len__(self) -> int:
+        return int(self.logits.shape[0])
+
+    @overload
+    def __getitem__(self, i: int) -> list[float]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[list[float]]: ...
+    def __getitem__(self, i: int | slice) -> list[float] | list[list[float]]:
+        rows = self.logits[i].tolist()
+        return rows
+
+
+def _pick(logits: torch.Tensor, s: Sampling, rng: random.Random) -> int:
+    if s.greedy:
+        return int(torch.argmax(logits))
+    return sample(distribution(logits, s).tolist(), rng)
 
 
 def _done(out: list[int], limit: int, stops: frozenset[int], min_new: int) -> bool:
@@ -348,68 +472,6 @@ def _through_stop(out: list[int], limit: int, stops: frozenset[int], min_new: in
         if out[i] in stops:
             return out[: min(i + 1, limit)]
     return out[:limit]
-
-
-def generate_batch(
-    target: TransformersTarget,
-    prompts: list[list[int]],
-    samplings: list[Sampling],
-    seeds: list[int],
-    limits: list[int],
-    stops: list[frozenset[int]],
-    scorers: list[Scorer | None],
-) -> list[list[int]]:
-    """Plain generation of several prompts at once: left-padded, one KV cache, each row with
-    its own sampling and seed; a finished row leaves the cache. Each output goes through its
-    stop id (kept) or its limit."""
-    from transformers import DynamicCache
-
-    rngs = [random.Random(seed) for seed in seeds]
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
-    outs: list[list[int]] = [[] for _ in prompts]
-    live = list(range(len(prompts)))  # the original index of each row still in the cache
-    with torch.no_grad():
-        logits = target.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-        ).logits[:, -1]
-        next_pos = mask.sum(-1)
-        while True:
-            keep: list[int] = []
-            for row, b in enumerate(live):
-                s = samplings[b]
-                token = ModelGenerator._pick(logits[row], s, rngs[b])
-                outs[b].append(token)
-                scorer = scorers[b]
-                if scorer is not None:
-                    scorer.add(logits[row : row + 1], [token])
-                if not _done(outs[b], limits[b], stops[b], s.min_new_tokens):
-                    keep.append(row)
-            if not keep:
-                break
-            if len(keep) < len(live):
-                index = torch.tensor(keep)
-                cache.batch_select_indices(index)
-                mask, next_pos = mask[index], next_pos[index]
-                live = [live[row] for row in keep]
-            feed = torch.tensor([[outs[b][-1]] for b in live])
-            mask = torch.cat([mask, torch.ones(len(live), 1, dtype=mask.dtype)], dim=-1)
-            logits = target.model(
-                input_ids=feed,
-                attention_mask=mask,
-                position_ids=next_pos.unsqueeze(1),
-                past_key_values=cache,
-                use_cache=True,
-            ).logits[:, -1]
-            next_pos = next_pos + 1
-    return outs
 
 
 class TransformersBackend:
@@ -432,34 +494,18 @@ class TransformersBackend:
             frozenset() if i.sampling.ignore_eos else i.sampling.stop_token_ids | self.eos_ids
             for i in items
         ]
-        seeds = [0 if i.sampling.greedy else i.seed for i in items]
-        if self.generator.draft is None:
-            outs = generate_batch(
-                self.target,
-                [i.input_ids for i in items],
-                [i.sampling for i in items],
-                seeds,
-                [i.max_new for i in items],
-                stops,
-                scorers,
-            )
-            return [
-                Generation(
-                    _through_stop(o, i.max_new, st, i.sampling.min_new_tokens), None, _rows(sc, o)
-                )
-                for o, i, st, sc in zip(outs, items, stops, scorers, strict=True)
-            ]
-        answers = []
-        for item, seed, st, scorer in zip(items, seeds, stops, scorers, strict=True):
-            ids, counters = self.generator.generate(
-                item.input_ids, item.sampling, seed, item.max_new, st, scorer
-            )
-            answers.append(Generation(ids, counters, scorer.rows if scorer else None))
-        return answers
-
-
-def _rows(scorer: Scorer | None, out: list[int]) -> list[Scored] | None:
-    return None if scorer is None else scorer.rows[: len(out)]
+        results = self.generator.generate_many(
+            [i.input_ids for i in items],
+            [i.sampling for i in items],
+            [0 if i.sampling.greedy else i.seed for i in items],
+            [i.max_new for i in items],
+            stops,
+            scorers,
+        )
+        return [
+            Generation(ids, counters, scorer.rows if scorer is not None else None)
+            for (ids, counters), scorer in zip(results, scorers, strict=True)
+        ]
 
 
 def _check_speculation(ns: Any, settings: SpecSettings) -> None:

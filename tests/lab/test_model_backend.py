@@ -21,7 +21,6 @@ from sglang_emulator_transformers import (  # noqa: E402
     ModelGenerator,
     Scorer,
     TransformersTarget,
-    generate_batch,
 )
 from tests.lab.tiny import tiny_llama_config  # noqa: E402
 
@@ -56,7 +55,7 @@ class OracleDraft:
     def __init__(self, target: TransformersTarget) -> None:
         self.target = target
 
-    def propose(self, ids, aux, k, s, rng):
+    def propose(self, ids, aux, k, s, rng, slot=0):
         drafts = greedy_reference(self.target, ids, k)
         return drafts, [[1.0 if t == d else 0.0 for t in range(VOCAB)] for d in drafts]
 
@@ -64,7 +63,7 @@ class OracleDraft:
 class WrongDraft(OracleDraft):
     """Proposes a token that is never the target's argmax: nothing is accepted."""
 
-    def propose(self, ids, aux, k, s, rng):
+    def propose(self, ids, aux, k, s, rng, slot=0):
         right = greedy_reference(self.target, ids, 1)[0]
         drafts = [(right + 1) % VOCAB] * k
         return drafts, [[1.0 if t == d else 0.0 for t in range(VOCAB)] for d in drafts]
@@ -202,9 +201,10 @@ def test_a_padded_batch_gives_each_prompt_its_own_greedy_ids(target: Transformer
     limits = [40, 7, 25]
     stop = greedy_reference(target, PROMPTS[1], 12)[11]
     stops = [frozenset(), frozenset(), frozenset({stop})]
-    outs = generate_batch(
-        target, PROMPTS, [GREEDY] * 3, [0, 0, 0], limits, stops, [None, None, None]
+    results = ModelGenerator(target, None, STEPS).generate_many(
+        PROMPTS, [GREEDY] * 3, [0, 0, 0], limits, stops, [None, None, None]
     )
+    outs = [ids for ids, _ in results]
     for prompt, limit, out, st in zip(PROMPTS, limits, outs, stops, strict=True):
         want = greedy_reference(target, prompt, limit)
         cut = next((i + 1 for i, t in enumerate(want) if t in st), len(want))
@@ -217,9 +217,69 @@ def test_a_batch_scores_each_row_as_alone(target: TransformersTarget) -> None:
     alone = Scorer(GREEDY, 3)
     ModelGenerator(target, None, STEPS).generate(PROMPTS[0], GREEDY, 0, 10, frozenset(), alone)
     scorers = [Scorer(GREEDY, 3), Scorer(GREEDY, 3)]
-    generate_batch(
-        target, PROMPTS[:2], [GREEDY] * 2, [0, 0], [10, 10], [frozenset()] * 2, list(scorers)
+    ModelGenerator(target, None, STEPS).generate_many(
+        PROMPTS[:2], [GREEDY] * 2, [0, 0], [10, 10], [frozenset()] * 2, list(scorers)
     )
     for (lp, top), (lp2, top2) in zip(alone.rows, scorers[0].rows, strict=True):
         assert lp == pytest.approx(lp2, abs=1e-4)
         assert [t for _, t in top] == [t for _, t in top2]
+
+
+class AlternatingDraft(OracleDraft):
+    """Right on even verify steps of a row, wrong on odd ones: rows of one batch accept
+    different numbers of drafts at each step."""
+
+    def __init__(self, target: TransformersTarget) -> None:
+        super().__init__(target)
+        self.calls: dict[int, int] = {}
+
+    def propose(self, ids, aux, k, s, rng, slot=0):
+        n = self.calls[slot] = self.calls.get(slot, 0) + 1
+        drafts = greedy_reference(self.target, ids, k)
+        if n % 2 == 0:
+            drafts[k // 2] = (drafts[k // 2] + 1) % VOCAB
+        return drafts, [[1.0 if t == d else 0.0 for t in range(VOCAB)] for d in drafts]
+
+
+@pytest.mark.parametrize("draft", [OracleDraft, WrongDraft, AlternatingDraft])
+def test_a_speculating_batch_gives_each_row_its_ids_and_counters_alone(
+    target: TransformersTarget, draft: type[OracleDraft]
+) -> None:
+    """Rows that accept different numbers of drafts share one forward pass per verify step
+    (the rejected drafts masked out of the cache): each row's ids are its greedy ids, and its
+    counters and logprob rows are those it gets served alone."""
+    limits = [40, 7, 25]
+    stop = greedy_reference(target, PROMPTS[1], 12)[11]
+    stops = [frozenset(), frozenset(), frozenset({stop})]
+    batch_scorers = [Scorer(GREEDY, 3) for _ in PROMPTS]
+    batch = ModelGenerator(target, draft(target), STEPS).generate_many(
+        PROMPTS, [GREEDY] * 3, [0, 0, 0], limits, stops, list(batch_scorers)
+    )
+    for i, (prompt, limit, st) in enumerate(zip(PROMPTS, limits, stops, strict=True)):
+        alone_scorer = Scorer(GREEDY, 3)
+        ids, counters = ModelGenerator(target, draft(target), STEPS).generate(
+            prompt, GREEDY, 0, limit, st, alone_scorer
+        )
+        want = greedy_reference(target, prompt, limit)
+        cut = next((j + 1 for j, t in enumerate(want) if t in st), len(want))
+        assert batch[i][0] == ids == want[:cut]
+        assert batch[i][1] == counters
+        assert counters is not None and counters.verify_ct > 0
+        got_rows = batch_scorers[i].rows
+        assert len(got_rows) == len(alone_scorer.rows) == len(ids)
+        for (lp, top), (lp2, top2) in zip(got_rows, alone_scorer.rows, strict=True):
+            assert lp == pytest.approx(lp2, abs=1e-4)
+            assert [t for _, t in top] == [t for _, t in top2]
+
+
+def test_sampled_speculation_in_a_batch_draws_as_alone(target: TransformersTarget) -> None:
+    """Above temperature 0 each row draws from its own seed's generator in its own order:
+    the same output and counters in a batch as alone."""
+    hot = Sampling(temperature=1.0, max_new_tokens=30)
+    gen = ModelGenerator(target, AlternatingDraft(target), STEPS)
+    batch = gen.generate_many(
+        PROMPTS, [hot] * 3, [3, 4, 5], [30] * 3, [frozenset()] * 3, [None] * 3
+    )
+    for prompt, seed, got in zip(PROMPTS, [3, 4, 5], batch, strict=True):
+        alone = ModelGenerator(target, AlternatingDraft(target), STEPS)
+        assert got == alone.generate(prompt, hot, seed, 30, frozenset())

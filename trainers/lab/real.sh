@@ -11,7 +11,10 @@
 #     records (the learning curve: `select --by random --seed S`, a subset per seed), on each
 #     select rule's fractions (against the random draft of the same fraction); the learning
 #     curve's subsets again for the full draft's steps (random+full-F: data or compute?); and
-#     untrained ones.
+#     untrained ones. The `acceptance` rule reads a second generation run of the same prompts
+#     that speculated with the incumbent draft (the original answers' seed-0 draft: what one
+#     had before regenerating); it starts once that draft is trained, beside the other chains,
+#     and must give the plain run's ids (lossless at temperature 0: checked).
 #  5. Every draft measured on every held-out prompt by replay (real_measure.py, replay.py), the
 #     emulator's live speculating loop on a sample (REAL_LIVE_PROMPTS), then the tables.
 R=$WORK/real
@@ -20,7 +23,7 @@ TARGET=$(mkdir -p "${LAB_CACHE:-trainers/work/cache}" && cd "${LAB_CACHE:-traine
   && pwd)/smollm2-135m-instruct
 SEEDS=${REAL_SEEDS:-0 1 2}
 if [ "$SMALL" = 1 ]; then PER_SOURCE=16 R_MAX_NEW=32 R_STEPS=12 FRACTIONS="0.5" SEL_FRACTIONS="0.5"
-  RULES=${REAL_RULES:-flatness}
+  RULES=${REAL_RULES:-flatness acceptance}
 # The full run: 128 prompts, 128 new tokens, 200 draft steps (about four epochs of the
 # regenerated records), the learning curve and selection at 1/2 and 1/4.
 else PER_SOURCE=64 R_MAX_NEW=128 R_STEPS=200 FRACTIONS="0.25 0.5" SEL_FRACTIONS="0.5 0.25"; fi
@@ -28,7 +31,8 @@ else PER_SOURCE=64 R_MAX_NEW=128 R_STEPS=200 FRACTIONS="0.25 0.5" SEL_FRACTIONS=
 PER_SOURCE=${REAL_PER_SOURCE:-$PER_SOURCE} R_STEPS=${REAL_STEPS:-$R_STEPS}
 R_MAX_NEW=${REAL_MAX_NEW:-$R_MAX_NEW} FRACTIONS=${REAL_FRACTIONS:-$FRACTIONS}
 SEL_FRACTIONS=${REAL_SEL_FRACTIONS:-$SEL_FRACTIONS} LIVE=${REAL_LIVE_PROMPTS:-6}
-RULES=${RULES:-${REAL_RULES:-flatness deviation}}
+RULES=${RULES:-${REAL_RULES:-flatness deviation acceptance}}
+S0=${SEEDS%% *}
 # The target's hidden states of a row are computed once: subsets reuse the full set's.
 export LAB_HS_CACHE=$R/hidden-states-cache
 export LAB_AUX_LAYERS="2 15 27" LAB_DRAFT_VOCAB=${LAB_DRAFT_VOCAB:-8192}
@@ -64,6 +68,8 @@ fi
 # as one ends, so the long chains (three seeds of the full data) and the short ones (a subset
 # drawn per seed) share the cores without waiting for each other.
 JOBS=() SLOTS=${REAL_JOBS:-2}
+running() { local job; for job in "${JOBS[@]}"; do [ "${job#*:}" = "$1" ] && return 0; done; return 1; }
+wait_for() { while running "$1"; do reap; done; }  # wait_for NAME: until NAME's job has ended
 kept() {  # kept NAME: LAB_RESUME and a previous run finished NAME's drafts (its log's last line)
   [ -n "${LAB_RESUME:-}" ] && tail -1 "$R/train-$1.log" 2>/dev/null | grep -q '^drafts: ' \
     && echo "kept: $R/drafts/$1 (LAB_RESUME)"
@@ -84,11 +90,12 @@ reap() {  # wait for one chain to end; a failed one stops the lab with its log's
 name_of() { local job; for job in "${JOBS[@]}"; do [ "${job%%:*}" = "$1" ] && echo "${job#*:}"; done; return 0; }
 drain() { while [ "${#JOBS[@]}" -gt 0 ]; do reap; done; }
 subset() {  # subset NAME RULE FRACTION SELECT_SEED SEED...: a selection and its export; its
-  local name=$1 rule=$2 keep=$3 pick=$4 steps  # drafts train for the same epochs as the full one
-  shift 4
+  local name=$1 rule=$2 keep=$3 pick=$4 steps data=$R/dataset  # drafts train for the same
+  shift 4  # epochs as the full one
   kept "$name" && return 0
+  [ "$rule" = acceptance ] && data=$R/dataset-scored
   rm -rf "$R/select/$name" "$R/sub-$name"
-  uv run eagle3-datagen select "$R/dataset" --by "$rule" --keep "$keep" --seed "$pick" \
+  uv run eagle3-datagen select "$data" --by "$rule" --keep "$keep" --seed "$pick" \
     --output "$R/select/$name" > "$R/select-$name.log" 2>&1 \
     || { tail -5 "$R/select-$name.log"; exit 1; }
   uv run eagle3-datagen export "$R/select/$name" --format speculators --validation 0.25 \
@@ -101,13 +108,36 @@ subset() {  # subset NAME RULE FRACTION SELECT_SEED SEED...: a selection and its
 # dataset trained once per seed.
 draft_dir() { if [ -d "$R/drafts/$1-s$2" ]; then echo "$R/drafts/$1-s$2/seed-$2"
   else echo "$R/drafts/$1/seed-$2"; fi; }
+scored_run() {  # the prompts again, speculating with the incumbent draft: the spec_* columns
+  trap stop_server EXIT  # (a job of its own: its server ends with it)
+  SERVE_TARGET=$TARGET OMP_NUM_THREADS=${REAL_SCORE_THREADS:-1} serve "$R/emulator-scored.log" \
+    "${SPEC_FLAGS[@]}" --speculative-draft-model-path "$(last_ckpt "$R/drafts/original/seed-$S0")" \
+    --max-running-requests 8
+  local t
+  t=$(date +%s)
+  rm -rf "$R/dataset-scored"
+  uv run eagle3-datagen run "$R/real.yaml" --server-url "http://127.0.0.1:$PORT" \
+    --output "$R/dataset-scored" > "$R/run-scored.log" 2>&1 || { tail -30 "$R/run-scored.log"; exit 1; }
+  echo "{\"seconds\": $(( $(date +%s) - t )), \"threads\": ${REAL_SCORE_THREADS:-1}}" \
+    > "$R/score.json"
+  tail -3 "$R/run-scored.log"
+  echo "drafts: scored run $R/dataset-scored"  # the line kept() reads
+}
 NAMES=(original regenerated)
 step "real drafts on the original and the regenerated answers ($R_STEPS steps, seeds $SEEDS)"
 chain original "$R/original" "$R_STEPS"
 chain regenerated "$R/regenerated" "$R_STEPS"
-# The rules' chains (three seeds each) start before the learning curve's (one seed each).
+if [[ " $RULES " == *" acceptance "* ]] && ! kept scored; then
+  wait_for original
+  step "scored run: the prompts again, the emulator speculating with the original draft (seed $S0), batched"
+  scored_run > "$R/train-scored.log" 2>&1 &
+  JOBS+=("$!:scored")
+fi
+# The rules' chains (three seeds each) start before the learning curve's (one seed each);
+# acceptance's last, after its scored run.
 for f in $SEL_FRACTIONS; do
   for rule in $RULES; do
+    [ "$rule" = acceptance ] && continue
     step "selection on the real target: --by $rule --keep $f (seeds $SEEDS)"
     subset "$rule-$f" "$rule" "$f" 0 $SEEDS
     NAMES+=("$rule-$f")
@@ -125,6 +155,17 @@ for f in $FRACTIONS; do
   for s in $SEEDS; do SEEDS=$s chain "random+full-$f-s$s" "$R/sub-random-$f-s$s" "$R_STEPS"; done
   NAMES+=("random+full-$f")
 done
+if [[ " $RULES " == *" acceptance "* ]]; then
+  wait_for scored
+  uv run python trainers/lab/selection.py same-ids "$R/dataset" "$R/dataset-scored"
+  # the same held-out split: select keeps those records and never ranks them
+  cp "$R/dataset/split.json" "$R/dataset-scored/split.json"
+  for f in $SEL_FRACTIONS; do
+    step "selection on the real target: --by acceptance --keep $f (seeds $SEEDS)"
+    subset "acceptance-$f" acceptance "$f" 0 $SEEDS
+    NAMES+=("acceptance-$f")
+  done
+fi
 drain
 DRAFTS=()
 for name in "${NAMES[@]}"; do

@@ -18,7 +18,6 @@ Per prompt it keeps (committed tokens, verify steps), the groups the bootstrap r
 usage: python real_measure.py TARGET VALIDATION_JSONL MAX_NEW OUT_JSON [--live N] NAME=DRAFT...
 """
 
-import copy
 import json
 import random
 import sys
@@ -46,25 +45,12 @@ def stop_ids(target_dir: str) -> frozenset[int]:
     return frozenset(i for i in ids if isinstance(i, int) and i >= 0)
 
 
-class PrefillCache:
-    """The target with each prompt's prefill computed once: every draft (and the plain
-    reference) starts from a copy of the same KV cache, features and logits."""
-
-    def __init__(self, target: TransformersTarget) -> None:
-        self.target = target
-        self.model = target.model
-        self.aux_layers = target.aux_layers
-        self.saved: dict[tuple[int, ...], tuple] = {}
-
-    def forward(self, state, new):  # type: ignore[no-untyped-def]
-        return self.target.forward(state, new)
-
-    def prefill(self, prompt: list[int]):  # type: ignore[no-untyped-def]
-        key = tuple(prompt)
-        if key not in self.saved:
-            self.saved[key] = self.target.prefill(prompt)
-        state, logits = self.saved[key]
-        return copy.deepcopy(state), logits
+def serve(generator: ModelGenerator, rows: list[dict], limit: int, stops: frozenset[int]) -> list:
+    """The rows' prompts served as the emulator serves them: one batch, greedy."""
+    n = len(rows)
+    return generator.generate_many(
+        [prompt_of(r) for r in rows], [GREEDY] * n, [0] * n, [limit] * n, [stops] * n, [None] * n
+    )
 
 
 def layers_of(draft: Path) -> tuple[int, ...]:
@@ -91,13 +77,12 @@ def main(target_dir: str, validation: str, max_new: str, out: str, *args: str) -
     torch.manual_seed(0)
     named = [d.split("=", 1) for d in drafts]
     layers = layers_of(Path(named[0][1])) if named else (1, 2, 3)
-    target = PrefillCache(TransformersTarget(Path(target_dir), layers))
+    target = TransformersTarget(Path(target_dir), layers)
     t0 = time.monotonic()
     refs = [reference(target.model, layers, prompt_of(r), output_of(r)) for r in rows]
     sample = rows[:live_n]
-    plain = ModelGenerator(target, None, 0)
     t1 = time.monotonic()
-    live_ref = [plain.generate(prompt_of(r), GREEDY, 0, limit, stops)[0] for r in sample]
+    live_ref = [ids for ids, _ in serve(ModelGenerator(target, None, 0), sample, limit, stops)]
     result: dict = {
         "ids": [r["id"] for r in rows],
         "max_new_tokens": limit,
@@ -124,8 +109,9 @@ def main(target_dir: str, validation: str, max_new: str, out: str, *args: str) -
             t0 = time.monotonic()
             generator = ModelGenerator(target, Eagle3Chain(Path(path), target), 3)
             live = []
-            for row, want in zip(sample, live_ref, strict=True):
-                ids, counters = generator.generate(prompt_of(row), GREEDY, 0, limit, stops)
+            for (ids, counters), want in zip(
+                serve(generator, sample, limit, stops), live_ref, strict=True
+            ):
                 entry["mismatches"] += ids != want
                 live.append([len(ids), counters.verify_ct if counters else 0])
             entry["live_groups"] = live

@@ -71,6 +71,16 @@ def difference(a: dict, b: dict, keep: list[bool]) -> dict:
     return out
 
 
+def scored_run(real: Path) -> dict | None:
+    """The generation run that speculated with the incumbent draft (for ``acceptance``): its
+    time and tokens/s (the same outputs as the plain run: real.sh checks the ids)."""
+    path = real / "score.json"
+    if not path.exists():
+        return None
+    run = json.loads(path.read_text())
+    return {**run, "tokens_per_s": round(generated_tokens(real) / max(run["seconds"], 1), 1)}
+
+
 def generated_tokens(real: Path) -> int:
     """The target's output tokens in the generation run (the export's supervised tokens)."""
     total = 0
@@ -149,6 +159,7 @@ def main(summary_path: str, real_dir: str, target_dir: str, *opts: str) -> None:
             / max(json.loads((real / "generate.json").read_text())["seconds"], 1),
             1,
         ),
+        "scored_run": scored_run(real),
         "speculating_tokens_per_s": {
             n: round(
                 sum(sum(g[0] for g in r["live_groups"]) for r in runs.values() if "seconds" in r)
@@ -291,9 +302,16 @@ def render(
         "",
         f"Speed: the generation run (the pipeline against the batched backend, 8 in flight, "
         f"{table['generation_threads']} threads) {table['generation_seconds']} s, "
-        f"{table['batched_tokens_per_s']} output tokens/s; plain decoding one sequence at a "
-        f"time {table['plain_tokens_per_s']} tokens/s and speculating (chain of 3, one "
-        "thread per process) with the "
+        f"{table['batched_tokens_per_s']} output tokens/s"
+        + (
+            f"; the scored run (the same prompts speculating with the original draft, chain of "
+            f"3, batched, threads: {scored['threads']}, beside the trainings) "
+            f"{scored['seconds']} s, {scored['tokens_per_s']} tokens/s"
+            if (scored := table.get("scored_run"))
+            else ""
+        )
+        + f"; the live sample as one batch, one thread per process: plain "
+        f"{table['plain_tokens_per_s']} tokens/s, speculating with the "
         + ", ".join(f"{n} draft {v}" for n, v in table["speculating_tokens_per_s"].items())
         + " tokens/s.",
     ]
