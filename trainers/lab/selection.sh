@@ -6,7 +6,7 @@
 #     and `logprobs: {top_k: 8}` on: every record gets the spec_* columns and the target's
 #     logprobs. Lossless at temperature 0, so the output ids must equal the plain run's
 #     (checked); only the columns are new. LAB_SCORE_DRAFT=none scores without a draft (a
-#     plain run, logprobs only: one sequence at a time is what makes a speculating run slow):
+#     plain run, logprobs only: cheaper, since every verify step also runs the draft):
 #     `deviation` then ranks by p(sampled) and `acceptance` has nothing to read, so the rules
 #     default to flatness, deviation and random.
 #  2. `eagle3-datagen select --keep K --seed S` by each rule (LAB_SELECTION_RULES), for each
