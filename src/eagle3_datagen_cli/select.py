@@ -14,8 +14,9 @@ RULES = ("flatness", "deviation", "acceptance", "random")
 MEASURED = (
     "Measured on the CPU lab (docs/selection-lab.md, docs/lab-real.md): no rule has beaten a "
     "random selection of the same size and training compute. On SmolLM2-135M-Instruct (3 "
-    "seeds each, paired 95% intervals) flatness and deviation against random at 0.5 and 0.25: "
-    "no difference, all four (the largest, flatness at 0.5: +0.019, -0.003 to +0.041). On the "
+    "seeds each, paired 95% intervals) flatness, deviation and acceptance (ranked by a "
+    "speculating run with the draft one had before) against random at 0.5 and 0.25: no "
+    "difference, all six (the largest, flatness at 0.5: +0.019, -0.003 to +0.041). On the "
     "tiny target where the data was redundant (a random half trained as long as all of it was "
     "within the noise of it) deviation tied random and flatness was below it (-0.047, interval "
     "clear of 0); rules that seemed ahead at the same epochs kept longer conversations and so "
