@@ -453,8 +453,7 @@ class _LazyRows(Sequence[list[float]]):
     @overload
     def __getitem__(self, i: slice) -> list[list[float]]: ...
     def __getitem__(self, i: int | slice) -> list[float] | list[list[float]]:
-        rows = self.logits[i].tolist()
-        return rows
+        return self.logits[i].tolist()
 
 
 def _pick(logits: torch.Tensor, s: Sampling, rng: random.Random) -> int:
