@@ -31,10 +31,10 @@ class RejectedLine:
     sample: int | None = None
 
     def text(self) -> str:
-        """``file:line: [turn T sample S: ]code: reason`` (the reason's own ``file:line:``
-        prefix, which an input reject carries, said once)."""
+        """``file:line: [turn T sample S: ]code: reason``, each said once: an input reject's
+        reason starts with its own ``file:line:``, a validation reject's with its code."""
         where = f"{self.file}:{self.line}: "
-        reason = self.reason.removeprefix(where)
+        reason = self.reason.removeprefix(where).removeprefix(f"{self.code}: ")
         turn = f"turn {self.turn} sample {self.sample}: " if self.turn is not None else ""
         return f"{where}{turn}{self.code}: {reason}"
 
