@@ -76,10 +76,15 @@ class Figure:
 # past it. The targets themselves are judged by full runs, in RESULTS.md.
 GATED = "bcdef"
 GATE_F_STATIC = 1.3  # (f) static's drain has missed 1.05x in every run (1.17-1.27x)
+# (d) by wall clock counts the Rust encoder's second thread, which a loaded machine does not
+# have (1.86x quiet, 1.58x at load 1.8 on the same machine); per CPU second it held (1.42x,
+# 1.39x), and a per-prompt encode would be about 1x. The gate holds the CPU ratio.
+GATE_D_CPU = 1.2
+# Printed, not gated: their gated twin is steadier on a shared machine.
+REPORTED = ("prompts tokenized/s",)
 # name prefix -> (comparison, slip limit); (b)'s slots are held to "above sequential" instead.
 SLIP_LIMITS: dict[str, tuple[str, float]] = {
     "peak RSS": ("<=", 1.15),
-    "prompts tokenized/s": (">=", 1.8),
     "auto / best static": (">=", 0.85),
     "makespan / peak-capacity bound": ("<=", GATE_F_STATIC),
 }
@@ -95,7 +100,7 @@ def gate_failures(figs: list[Figure]) -> list[tuple[Figure, str]]:
     """The gated figures that miss their slip limit, each with that limit."""
     out = []
     for f in figs:
-        if f.part not in GATED:
+        if f.part not in GATED or f.name.startswith(REPORTED):
             continue
         if f.name.startswith("slot utilization"):
             pipeline, sequential = f.value.split("(sequential ", 1)
@@ -180,7 +185,7 @@ def figures(r: dict[str, Any]) -> list[Figure]:
     if c := r.get("c"):
         out.append(memory_figure(c))
     if d := r.get("d"):
-        out.append(tokenize_figure(d))
+        out += tokenize_figures(d)
     if e := r.get("e"):
         out += adaptive_figures(e)
     if f := r.get("f"):
@@ -277,20 +282,31 @@ def memory_figure(c: dict[str, Any]) -> Figure:
     )
 
 
-def tokenize_figure(d: dict[str, Any]) -> Figure:
-    """(d) prompts tokenized per second, batched render against the naive loop."""
-    sp = d["speedup"]
-    return Figure(
-        "d",
-        "prompts tokenized/s, render / naive loop",
-        f"{sp:.2f}x ({d['batched_rate']:,.0f} vs {d['naive_rate']:,.0f}/s)",
-        ">= 2x",
-        sp >= 2.0,
-        ""
-        if sp >= 2
-        else "the chat template (Jinja, per prompt) dominates "
-        "both sides; batching only speeds up the encoding",
-    )
+def tokenize_figures(d: dict[str, Any]) -> list[Figure]:
+    """(d) prompts tokenized per second, batched render against the naive loop: by wall clock
+    (the target), and per CPU second (what the gate holds)."""
+    sp, cpu = d["speedup"], d["cpu_speedup"]
+    return [
+        Figure(
+            "d",
+            "prompts tokenized/s, render / naive loop",
+            f"{sp:.2f}x ({d['batched_rate']:,.0f} vs {d['naive_rate']:,.0f}/s)",
+            ">= 2x",
+            sp >= 2.0,
+            ""
+            if sp >= 2
+            else "the chat template (Jinja, per prompt) dominates "
+            "both sides; batching only speeds up the encoding",
+        ),
+        Figure(
+            "d",
+            "prompts tokenized per CPU second, render / naive loop",
+            f"{cpu:.2f}x ({d['batched_cpu_rate']:,.0f} vs {d['naive_cpu_rate']:,.0f}/s)",
+            f">= {GATE_D_CPU:g}x",
+            cpu >= GATE_D_CPU,
+            "" if cpu >= GATE_D_CPU else "the batched encode lost its saving",
+        ),
+    ]
 
 
 def adaptive_figures(e: dict[str, Any]) -> list[Figure]:

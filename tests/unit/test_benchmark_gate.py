@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.run_all import GATE_F_STATIC, Figure, gate_failures
+from benchmarks.run_all import GATE_D_CPU, GATE_F_STATIC, Figure, gate_failures, tokenize_figures
 
 
 def test_ratios_fail_the_gate_and_cpu_figures_do_not() -> None:
@@ -21,6 +21,20 @@ def test_ratios_fail_the_gate_and_cpu_figures_do_not() -> None:
         ),
     ]
     assert [(f.part, limit) for f, limit in gate_failures(figs)] == [("c", "<= 1.15x")]
+
+
+def test_render_is_held_per_cpu_second_not_by_wall_clock() -> None:
+    def render(wall: float, cpu: float) -> list[Figure]:
+        rates = {"batched_rate": 1.0, "naive_rate": 1.0, "batched_cpu_rate": 1.0}
+        return tokenize_figures(
+            {**rates, "naive_cpu_rate": 1.0, "speedup": wall, "cpu_speedup": cpu}
+        )
+
+    assert gate_failures(render(1.58, 1.39)) == []  # a loaded machine: no second core to encode on
+    lost = render(1.0, 1.0)  # the batched encode gone: one encode per prompt
+    assert [(f.name, limit) for f, limit in gate_failures(lost)] == [
+        ("prompts tokenized per CPU second, render / naive loop", f">= {GATE_D_CPU:g}x")
+    ]
 
 
 def test_a_ratio_within_the_noise_passes_and_a_slip_fails() -> None:
