@@ -20,11 +20,10 @@ MEASURED = (
     "tiny target where the data was redundant (a random half trained as long as all of it was "
     "within the noise of it) deviation tied random, and flatness and acceptance were below it "
     "(-0.047 and -0.124, intervals clear of 0); rules that seemed ahead at the same epochs "
-    "kept longer conversations and so "
-    "trained longer. What did save generation was generating less: on both targets a random "
-    "half trained for as many steps as all the data matched it. Keep all the data, or use "
-    "--by random when a budget forces a cut; to find out whether your data is redundant, train "
-    "a draft on a random half for as many steps as on all of it."
+    "kept longer conversations and so trained longer. What did save generation was generating "
+    "less: on both targets a random half trained for as many steps as all the data matched it. "
+    "Keep all the data, or use --by random when a budget forces a cut; to find out whether "
+    "your data is redundant, train a draft on a random half for as many steps as on all of it."
 )
 
 
