@@ -151,6 +151,9 @@ def test_deployments_have_a_paused_schedule_and_a_real_form(
     assert defs["Tier"]["properties"]["concurrency"]["title"] == "Concurrency"
     assert defs["ThroughputAlarm"]["properties"]["expected_tok_s"]["title"]
     assert defs["ServerSpec"]["properties"]["mode"]["enum"] == ["launch", "attach"]  # dropdown
+    # A config key's docstring is its help text in the form.
+    limits = defs["ServerLimits"]["properties"]
+    assert limits["request_timeout_s"]["description"].startswith("Per-request timeout")
     assert (
         "Attach to this running SGLang server" in schema["properties"]["server_url"]["description"]
     )

@@ -78,6 +78,9 @@ def test_flow_parameter_schema_has_forms_for_tiers_and_partitions() -> None:
     server = schema["$defs"]["ServerSpec"]["properties"]
     assert server["mode"]["enum"] == ["launch", "attach"]
     assert "description" in schema["$defs"]["LaunchFlags"]["properties"]["tp_size"]
+    # A key's docstring is its description in the form.
+    timeout = schema["$defs"]["ServerLimits"]["properties"]["request_timeout_s"]
+    assert timeout["description"] == "Per-request timeout; a 16k-token generation takes minutes."
 
 
 def test_partitions_are_selected_by_name_and_an_unknown_one_is_refused() -> None:

@@ -10,7 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field
 class StrictModel(BaseModel):
     """Strict base: unknown keys are typos, and typos in a 100k-prompt run are expensive."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # A key's docstring is its description: docs/config.md, the run form in Prefect's UI and an
+    # editor's hover all read it. Only a description with a computed value passes description=.
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, use_attribute_docstrings=True
+    )
 
 
 # Bounds that many keys share, named once so a key's type says what its value is.

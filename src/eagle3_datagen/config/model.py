@@ -12,42 +12,24 @@ from eagle3_datagen.config.base import StrictModel
 class ModelSpec(StrictModel):
     """Which model's tokenizer and chat template render the prompts."""
 
-    path: str = Field(
-        title="Model path",
-        description="Model directory (or hub id) served by SGLang; its tokenizer renders prompts.",
-    )
-    tokenizer_path: str | None = Field(
-        default=None,
-        title="Tokenizer path",
-        description="Tokenizer directory if different from the model path.",
-    )
-    trust_remote_code: bool = Field(
-        default=True,
-        title="Trust remote code",
-        description="Passed to AutoTokenizer and to SGLang (Kimi-K2.5 needs it).",
-    )
-    chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=dict,
-        title="Chat template kwargs",
-        description='Extra variables for the chat template, e.g. {"thinking": true}.',
-    )
-    modes: dict[str, dict[str, Any]] = Field(
-        default_factory=dict,
-        title="Serving modes",
-        description="Named sets of chat-template kwargs, e.g. {thinking: {}, instant: "
-        "{thinking: false}}, each merged over chat_template_kwargs. A partition mixes them "
-        "(partitions[].modes), a line names one (\"mode\"); see docs/modes.md. 'default' and "
-        "'custom' are reserved.",
-    )
+    path: str = Field(title="Model path")
+    """Model directory (or hub id) served by SGLang; its tokenizer renders prompts."""
+    tokenizer_path: str | None = Field(default=None, title="Tokenizer path")
+    """Tokenizer directory if different from the model path."""
+    trust_remote_code: bool = Field(default=True, title="Trust remote code")
+    """Passed to AutoTokenizer and to SGLang (Kimi-K2.5 needs it)."""
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, title="Chat template kwargs")
+    """Extra variables for the chat template, e.g. {"thinking": true}."""
+    modes: dict[str, dict[str, Any]] = Field(default_factory=dict, title="Serving modes")
+    """Named sets of chat-template kwargs, e.g. {thinking: {}, instant: {thinking: false}}, each
+    merged over chat_template_kwargs. A partition mixes them (partitions[].modes), a line names one
+    ("mode"); see docs/modes.md. 'default' and 'custom' are reserved."""
     render: Literal["sglang_chat", "template"] = Field(
-        default="sglang_chat",
-        title="Render reference",
-        description=(
-            "sglang_chat: the prompt ids SGLang 0.5.23's /v1/chat/completions builds for the "
-            "same request (tool-call arguments parsed, tools as SGLang dumps them, ...); "
-            "template: the data through the chat template as it is. See docs/render.md."
-        ),
+        default="sglang_chat", title="Render reference"
     )
+    """sglang_chat: the prompt ids SGLang 0.5.23's /v1/chat/completions builds for the same request
+    (tool-call arguments parsed, tools as SGLang dumps them, ...); template: the data through the
+    chat template as it is. See docs/render.md."""
 
     @field_validator("modes")
     @classmethod
@@ -75,22 +57,14 @@ class ToolCallTokens(StrictModel):
 class SpecialTokens(StrictModel):
     """Special tokens by their *strings*; ids are resolved through the tokenizer at start-up."""
 
-    think_start: str = Field(
-        title="Think start", default="<think>", description="Opens the reasoning block."
-    )
-    think_end: str = Field(
-        title="Think end", default="</think>", description="Closes the reasoning block."
-    )
-    end_of_turn: str = Field(
-        title="End of turn",
-        default="<|im_end|>",
-        description="Ends the assistant turn; the expected last output token.",
-    )
-    extra_stop: list[str] = Field(
-        title="Extra stop tokens",
-        default_factory=lambda: ["[EOS]"],
-        description="Other tokens that stop generation (sent as stop_token_ids too).",
-    )
+    think_start: str = Field(title="Think start", default="<think>")
+    """Opens the reasoning block."""
+    think_end: str = Field(title="Think end", default="</think>")
+    """Closes the reasoning block."""
+    end_of_turn: str = Field(title="End of turn", default="<|im_end|>")
+    """Ends the assistant turn; the expected last output token."""
+    extra_stop: list[str] = Field(title="Extra stop tokens", default_factory=lambda: ["[EOS]"])
+    """Other tokens that stop generation (sent as stop_token_ids too)."""
     role_tokens: list[str] = Field(
         title="Role tokens",
         default_factory=lambda: [
@@ -99,18 +73,14 @@ class SpecialTokens(StrictModel):
             "<|im_assistant|>",
             "<|im_middle|>",
         ],
-        description="Turn and role tokens that must never appear inside an output.",
     )
+    """Turn and role tokens that must never appear inside an output."""
     tool_calls: ToolCallTokens | None = Field(
-        title="Tool-call tokens",
-        default_factory=lambda: ToolCallTokens(),
-        description="Tool-call tokens whose structure is checked; null for models without tools.",
+        title="Tool-call tokens", default_factory=lambda: ToolCallTokens()
     )
+    """Tool-call tokens whose structure is checked; null for models without tools."""
     thinking: Literal["prompt", "output", "none"] = Field(
-        default="prompt",
-        title="Thinking block placement",
-        description=(
-            "Where <think> opens: 'prompt' (the chat template ends in it, as Kimi-K2.5), "
-            "'output' (the model emits it, as DeepSeek-R1), or 'none' (no thinking)."
-        ),
+        default="prompt", title="Thinking block placement"
     )
+    """Where <think> opens: 'prompt' (the chat template ends in it, as Kimi-K2.5), 'output' (the
+    model emits it, as DeepSeek-R1), or 'none' (no thinking)."""

@@ -29,9 +29,8 @@ def _default_tiers() -> list[Tier]:
 class PipelineConfig(StrictModel):
     """Everything a run needs. Relative paths resolve against the config file's directory."""
 
-    model: ModelSpec = Field(
-        title="Model", description="The model whose tokenizer and chat template render prompts."
-    )
+    model: ModelSpec = Field(title="Model")
+    """The model whose tokenizer and chat template render prompts."""
     special_tokens: SpecialTokens = Field(title="Special tokens", default_factory=SpecialTokens)
     sampling: Sampling = Field(title="Sampling", default_factory=Sampling)
     server: ServerSpec = Field(title="SGLang server", default_factory=ServerSpec)
@@ -39,34 +38,21 @@ class PipelineConfig(StrictModel):
     partitions: list[Partition] = Field(title="Partitions", min_length=1)
     validation: ValidationPolicy = Field(title="Validation", default_factory=ValidationPolicy)
     retries: RetryPolicy = Field(title="Retries", default_factory=RetryPolicy)
-    throughput: ThroughputAlarm = Field(
-        default_factory=ThroughputAlarm,
-        title="Throughput alarm",
-        description="Warn, emit an event and write an artifact when output tok/s stays low.",
-    )
-    serving_profile: ServingProfile | None = Field(
-        default=None,
-        title="Serving profile",
-        description="The traffic the draft will serve; `eagle3-datagen coverage` and the dataset "
-        "card compare the data with it (docs/coverage.md). Empty: they show the data's own mix.",
-    )
-    output_dir: str = Field(
-        title="Output directory",
-        default="datagen-output",
-        description="Run directory for the dataset.",
-    )
-    batch_size: Annotated[int, Field(ge=1, le=100_000)] = Field(
-        title="Batch size",
-        default=512,
-        description="Prompts per Prefect task run (a task run costs ~10 ms).",
-    )
+    throughput: ThroughputAlarm = Field(default_factory=ThroughputAlarm, title="Throughput alarm")
+    """Warn, emit an event and write an artifact when output tok/s stays low."""
+    serving_profile: ServingProfile | None = Field(default=None, title="Serving profile")
+    """The traffic the draft will serve; `eagle3-datagen coverage` and the dataset card compare the
+    data with it (docs/coverage.md). Empty: they show the data's own mix."""
+    output_dir: str = Field(title="Output directory", default="datagen-output")
+    """Run directory for the dataset."""
+    batch_size: Annotated[int, Field(ge=1, le=100_000)] = Field(title="Batch size", default=512)
+    """Prompts per Prefect task run (a task run costs ~10 ms)."""
     lock_wait_s: Annotated[float, Field(ge=0)] | None = Field(
-        title="Wait for the output lock (s)",
-        default=0.0,
-        description="When another run is writing one of this run's partitions of the output "
-        "directory: 0 refuses at once, naming it; a number waits that many seconds for it to "
-        "finish; empty waits for as long as it takes.",
+        title="Wait for the output lock (s)", default=0.0
     )
+    """When another run is writing one of this run's partitions of the output directory: 0 refuses
+    at once, naming it; a number waits that many seconds for it to finish; empty waits for as long
+    as it takes."""
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineConfig:

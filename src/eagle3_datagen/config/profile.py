@@ -77,45 +77,24 @@ def _check_buckets(shares: dict[str, float], what: str) -> dict[str, float]:
 class ServingProfile(StrictModel):
     """The traffic the draft will serve, as shares of requests (each record is one request)."""
 
-    tolerance: Share = Field(
-        default=0.05,
-        title="Tolerance",
-        description="A dimension is flagged when a share differs from the profile's by more "
-        "than this (absolute, 0.05 = 5 points), or when a share the profile declares is absent.",
-    )
-    modes: dict[str, Share] | None = Field(
-        default=None,
-        title="Mode shares",
-        description="Share of requests per mode name (records without a mode are 'default').",
-    )
-    tools: Share | None = Field(
-        default=None, title="With tools", description="Share of requests that declare tools."
-    )
-    tool_results: Share | None = Field(
-        default=None,
-        title="With tool results",
-        description="Share of requests with a tool result in their history.",
-    )
-    images: Share | None = Field(
-        default=None, title="With images", description="Share of requests with an image."
-    )
-    turns: dict[str, Share] | None = Field(
-        default=None,
-        title="User turns",
-        description="Share of requests by user turns in the conversation so far, by bucket: "
-        "'1', '2-3', '>=4' (or '4+').",
-    )
-    input_tokens: dict[str, Share] | None = Field(
-        default=None,
-        title="Input length",
-        description="Share of requests by prompt tokens, by bucket: '<1024', '1024-4095', "
-        "'>=4096'.",
-    )
-    output_tokens: dict[str, Share] | None = Field(
-        default=None,
-        title="Output length",
-        description="Share of requests by output tokens, by bucket as for input_tokens.",
-    )
+    tolerance: Share = Field(default=0.05, title="Tolerance")
+    """A dimension is flagged when a share differs from the profile's by more than this (absolute,
+    0.05 = 5 points), or when a share the profile declares is absent."""
+    modes: dict[str, Share] | None = Field(default=None, title="Mode shares")
+    """Share of requests per mode name (records without a mode are 'default')."""
+    tools: Share | None = Field(default=None, title="With tools")
+    """Share of requests that declare tools."""
+    tool_results: Share | None = Field(default=None, title="With tool results")
+    """Share of requests with a tool result in their history."""
+    images: Share | None = Field(default=None, title="With images")
+    """Share of requests with an image."""
+    turns: dict[str, Share] | None = Field(default=None, title="User turns")
+    """Share of requests by user turns in the conversation so far, by bucket: '1', '2-3', '>=4' (or
+    '4+')."""
+    input_tokens: dict[str, Share] | None = Field(default=None, title="Input length")
+    """Share of requests by prompt tokens, by bucket: '<1024', '1024-4095', '>=4096'."""
+    output_tokens: dict[str, Share] | None = Field(default=None, title="Output length")
+    """Share of requests by output tokens, by bucket as for input_tokens."""
     languages: dict[str, Share] | None = Field(
         default=None,
         title="Languages (by script)",

@@ -18,29 +18,19 @@ class Sampling(StrictModel):
     get a 400 for every prompt, so it is refused here, and pre-flight sends these parameters in
     its smoke request."""
 
-    temperature: float = Field(
-        title="Temperature", default=1.0, ge=0.0, allow_inf_nan=False, description="0 means greedy."
-    )
+    temperature: float = Field(title="Temperature", default=1.0, ge=0.0, allow_inf_nan=False)
+    """0 means greedy."""
     top_p: float = Field(title="Top-p", default=0.95, gt=0.0, le=1.0)
-    top_k: int = Field(title="Top-k", default=-1, description="-1 means all tokens.")
+    top_k: int = Field(title="Top-k", default=-1)
+    """-1 means all tokens."""
     min_p: float = Field(title="Min-p", default=0.0, ge=0.0, le=1.0)
-    repetition_penalty: float = Field(
-        title="Repetition penalty",
-        default=1.0,
-        gt=0.0,
-        le=2.0,
-        description="In (0, 2]; 1.0 means no penalty.",
-    )
-    seed: int | None = Field(
-        title="Sampling seed",
-        default=None,
-        ge=-(2**63),
-        le=2**63 - 1,
-        description="Base seed: each request gets its own sampling_seed derived from this and the "
-        "prompt id, so a prompt samples the same way in every run. SGLang honours it only when "
-        "launched with --enable-deterministic-inference (add it to server.extra_args); "
-        "otherwise it is ignored. None: no seed is sent.",
-    )
+    repetition_penalty: float = Field(title="Repetition penalty", default=1.0, gt=0.0, le=2.0)
+    """In (0, 2]; 1.0 means no penalty."""
+    seed: int | None = Field(title="Sampling seed", default=None, ge=-(2**63), le=2**63 - 1)
+    """Base seed: each request gets its own sampling_seed derived from this and the prompt id, so a
+    prompt samples the same way in every run. SGLang honours it only when launched with
+    --enable-deterministic-inference (add it to server.extra_args); otherwise it is ignored. None:
+    no seed is sent."""
 
     @field_validator("top_k")
     @classmethod

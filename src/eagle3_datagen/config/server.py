@@ -31,18 +31,14 @@ def names_reasoning_parser(arg: str) -> bool:
 class AutoConcurrency(StrictModel):
     """The controller behind ``concurrency: auto``: limits and pace, shared by all its tiers."""
 
-    initial: Count = Field(
-        default=64, title="Initial", description="Requests in flight (server-wide) at start."
-    )
-    minimum: Count = Field(default=4, title="Minimum", description="Never fewer in flight.")
-    maximum: Count = Field(
-        default=2048, title="Maximum", description="Never more in flight (server-wide)."
-    )
-    interval_s: PositiveSeconds = Field(
-        default=2.0,
-        title="Interval (s)",
-        description="How often the server's load is read and the limit adjusted.",
-    )
+    initial: Count = Field(default=64, title="Initial")
+    """Requests in flight (server-wide) at start."""
+    minimum: Count = Field(default=4, title="Minimum")
+    """Never fewer in flight."""
+    maximum: Count = Field(default=2048, title="Maximum")
+    """Never more in flight (server-wide)."""
+    interval_s: PositiveSeconds = Field(default=2.0, title="Interval (s)")
+    """How often the server's load is read and the limit adjusted."""
 
 
 class SpeculativeSpec(StrictModel):
@@ -50,25 +46,18 @@ class SpeculativeSpec(StrictModel):
     on the data as it is generated (docs/acceptance.md). Lossless: the tokens keep the
     target's distribution, so it is not part of the fingerprint's content."""
 
-    algorithm: Literal["EAGLE3", "EAGLE"] = Field(
-        default="EAGLE3", title="Algorithm", description="--speculative-algorithm."
-    )
-    draft_model_path: str = Field(
-        title="Draft model path",
-        description="--speculative-draft-model-path: the draft checkpoint directory (checked "
-        "before launch: readable, and its vocabulary and hidden size fit the target's).",
-    )
-    num_steps: Count = Field(default=3, title="Draft steps", description="--speculative-num-steps.")
-    eagle_topk: Count = Field(
-        default=1, title="Draft top-k", description="--speculative-eagle-topk."
-    )
-    num_draft_tokens: int | None = Field(
-        default=None,
-        ge=2,
-        title="Draft tokens",
-        description="--speculative-num-draft-tokens; None: num_steps + 1, which SGLang forces "
-        "under eagle_topk 1.",
-    )
+    algorithm: Literal["EAGLE3", "EAGLE"] = Field(default="EAGLE3", title="Algorithm")
+    """--speculative-algorithm."""
+    draft_model_path: str = Field(title="Draft model path")
+    """--speculative-draft-model-path: the draft checkpoint directory (checked before launch:
+    readable, and its vocabulary and hidden size fit the target's)."""
+    num_steps: Count = Field(default=3, title="Draft steps")
+    """--speculative-num-steps."""
+    eagle_topk: Count = Field(default=1, title="Draft top-k")
+    """--speculative-eagle-topk."""
+    num_draft_tokens: int | None = Field(default=None, ge=2, title="Draft tokens")
+    """--speculative-num-draft-tokens; None: num_steps + 1, which SGLang forces under eagle_topk
+    1."""
 
     @model_validator(mode="after")
     def _chain_tokens(self) -> SpeculativeSpec:
@@ -103,22 +92,16 @@ class LaunchFlags(StrictModel):
     )
     enable_hierarchical_cache: bool = Field(title="Hierarchical cache", default=True)
     hicache_size_gb: int = Field(
-        title="Hierarchical cache size (GB)",
-        default=DEFAULT_HICACHE_SIZE_GB,
-        ge=0,
-        description="--hicache-size",
+        title="Hierarchical cache size (GB)", default=DEFAULT_HICACHE_SIZE_GB, ge=0
     )
+    """--hicache-size"""
     num_continuous_decode_steps: Count = Field(
         title="Continuous decode steps",
         default=DEFAULT_CONTINUOUS_DECODE_STEPS,
     )
-    random_seed: int = Field(
-        title="Random seed",
-        default=0,
-        ge=0,
-        description="--random-seed. Fixed, because SGLang otherwise picks a random seed at every "
-        "launch, so the same config would sample differently after each launch or relaunch.",
-    )
+    random_seed: int = Field(title="Random seed", default=0, ge=0)
+    """--random-seed. Fixed, because SGLang otherwise picks a random seed at every launch, so the
+    same config would sample differently after each launch or relaunch."""
 
     @property
     def launch_tp_size(self) -> int:
@@ -130,51 +113,31 @@ class ServerLimits(StrictModel):
     """What the run asks of the server at most: requests and tokens in flight across every
     partition, and how long a start and a request may take."""
 
-    startup_timeout_s: PositiveSeconds = Field(
-        title="Startup timeout (s)",
-        default=3600.0,
-        description="Health-gate deadline; a 1T model loads for tens of minutes.",
-    )
+    startup_timeout_s: PositiveSeconds = Field(title="Startup timeout (s)", default=3600.0)
+    """Health-gate deadline; a 1T model loads for tens of minutes."""
     max_requests_in_flight: int | None = Field(
-        title="Max requests in flight (server)",
-        default=None,
-        ge=1,
-        description="Server-wide cap on requests in flight across all partitions (None: the "
-        "sum of the tiers' concurrency).",
+        title="Max requests in flight (server)", default=None, ge=1
     )
+    """Server-wide cap on requests in flight across all partitions (None: the sum of the tiers'
+    concurrency)."""
     max_tokens_in_flight: int | None = Field(
-        title="Max tokens in flight (server)",
-        default=None,
-        ge=1,
-        description="Server-wide cap on prompt + max_tokens summed over requests in flight, "
-        "i.e. KV cache reserved; keeps a LONG tier from crowding out the others. None: no cap.",
+        title="Max tokens in flight (server)", default=None, ge=1
     )
-    request_timeout_s: PositiveSeconds = Field(
-        title="Request timeout (s)",
-        default=1800.0,
-        description="Per-request timeout; a 16k-token generation takes minutes.",
-    )
+    """Server-wide cap on prompt + max_tokens summed over requests in flight, i.e. KV cache
+    reserved; keeps a LONG tier from crowding out the others. None: no cap."""
+    request_timeout_s: PositiveSeconds = Field(title="Request timeout (s)", default=1800.0)
+    """Per-request timeout; a 16k-token generation takes minutes."""
 
 
 class Recovery(StrictModel):
     """When a server counts as lost, and how the run gets it back (launch mode relaunches it)."""
 
-    lost_after_failures: Count = Field(
-        title="Failures before 'lost'",
-        default=5,
-        description="Consecutive connection failures that mean 'server lost'.",
-    )
-    max_relaunches: int = Field(
-        title="Max relaunches",
-        default=2,
-        ge=0,
-        description="Launch mode: relaunches of a lost server before giving up.",
-    )
-    recovery_check_s: PositiveSeconds = Field(
-        title="Recovery wait (s)",
-        default=60.0,
-        description="How long a lost server may take to answer again.",
-    )
+    lost_after_failures: Count = Field(title="Failures before 'lost'", default=5)
+    """Consecutive connection failures that mean 'server lost'."""
+    max_relaunches: int = Field(title="Max relaunches", default=2, ge=0)
+    """Launch mode: relaunches of a lost server before giving up."""
+    recovery_check_s: PositiveSeconds = Field(title="Recovery wait (s)", default=60.0)
+    """How long a lost server may take to answer again."""
 
 
 # server.<key> -> the group that holds it now (configs written before the groups still load).
@@ -188,91 +151,46 @@ MOVED = {
 class ServerSpec(StrictModel):
     """The SGLang server: launched by the run (and stopped with it) or attached to by URL."""
 
-    mode: Literal["launch", "attach"] = Field(
-        default="launch",
-        title="Server mode",
-        description="'launch' starts SGLang for this run; 'attach' uses a running server by URL.",
-    )
-    engine: Literal["sglang", "emulator"] = Field(
-        default="sglang",
-        title="Engine",
-        description="'sglang' runs python -m sglang.launch_server; 'emulator' runs the bundled "
-        "SGLang emulator with the same flags (no GPU).",
-    )
-    url: str | None = Field(
-        title="Server URL",
-        default=None,
-        description="Attach mode: the server's base URL, e.g. http://node1:8000; several "
-        "comma-separated URLs spread requests over several servers (or attach to sglang_router).",
-    )
-    host: str = Field(title="Host", default="127.0.0.1", description="Launch mode: --host.")
-    port: int = Field(
-        title="Port",
-        default=DEFAULT_PORT,
-        ge=0,
-        le=65535,
-        description="Launch mode: --port; 0 picks a free port (several servers on one node).",
-    )
-    enable_metrics: bool = Field(
-        title="Prometheus metrics",
-        default=False,
-        description="Launch with --enable-metrics (SGLang's /metrics). A run whose tiers use "
-        "concurrency 'auto' turns it on, since the controller reads the server's load there.",
-    )
+    mode: Literal["launch", "attach"] = Field(default="launch", title="Server mode")
+    """'launch' starts SGLang for this run; 'attach' uses a running server by URL."""
+    engine: Literal["sglang", "emulator"] = Field(default="sglang", title="Engine")
+    """'sglang' runs python -m sglang.launch_server; 'emulator' runs the bundled SGLang emulator
+    with the same flags (no GPU)."""
+    url: str | None = Field(title="Server URL", default=None)
+    """Attach mode: the server's base URL, e.g. http://node1:8000; several comma-separated URLs
+    spread requests over several servers (or attach to sglang_router)."""
+    host: str = Field(title="Host", default="127.0.0.1")
+    """Launch mode: --host."""
+    port: int = Field(title="Port", default=DEFAULT_PORT, ge=0, le=65535)
+    """Launch mode: --port; 0 picks a free port (several servers on one node)."""
+    enable_metrics: bool = Field(title="Prometheus metrics", default=False)
+    """Launch with --enable-metrics (SGLang's /metrics). A run whose tiers use concurrency 'auto'
+    turns it on, since the controller reads the server's load there."""
     auto_concurrency: AutoConcurrency = Field(
-        title="Auto concurrency",
-        default_factory=lambda: AutoConcurrency(),
-        description="How tiers with concurrency 'auto' are steered (server-wide).",
+        title="Auto concurrency", default_factory=lambda: AutoConcurrency()
     )
-    context_length: int | None = Field(
-        title="Context length",
-        default=None,
-        description="--context-length; None takes the model's config.",
-    )
-    speculative: SpeculativeSpec | None = Field(
-        title="Speculative decoding",
-        default=None,
-        description="Launch mode: speculate with a draft model and record its acceptance per "
-        "request (attach mode reads the server's own settings from /server_info). None: off.",
-    )
-    extra_args: list[str] = Field(
-        title="Extra launch flags",
-        default_factory=list,
-        description="More launch_server flags, passed through verbatim.",
-    )
-    env: dict[str, str] = Field(
-        title="Server environment",
-        default_factory=dict,
-        description='Environment for the server process, e.g. {"CUDA_VISIBLE_DEVICES": "0,1"}.',
-    )
-    api_key_env: str | None = Field(
-        title="API key variable",
-        default=None,
-        description="Name of the environment variable holding SGLang's --api-key (never the key).",
-    )
-    api_key_secret: str | None = Field(
-        title="API key Secret block",
-        default=None,
-        description="Name of a Prefect Secret block holding SGLang's --api-key (instead of "
-        "api_key_env).",
-    )
-    launch: LaunchFlags = Field(
-        title="Launch flags",
-        default_factory=LaunchFlags,
-        description="SGLang's --tp-size, --mem-fraction-static, hierarchical cache, decode steps "
-        "and --random-seed for a launched server.",
-    )
-    limits: ServerLimits = Field(
-        title="Limits",
-        default_factory=ServerLimits,
-        description="What the run asks of the server at most: requests and tokens in flight, "
-        "how long a start and a request may take.",
-    )
-    recovery: Recovery = Field(
-        title="Recovery",
-        default_factory=Recovery,
-        description="When a server counts as lost, and how the run gets it back.",
-    )
+    """How tiers with concurrency 'auto' are steered (server-wide)."""
+    context_length: int | None = Field(title="Context length", default=None)
+    """--context-length; None takes the model's config."""
+    speculative: SpeculativeSpec | None = Field(title="Speculative decoding", default=None)
+    """Launch mode: speculate with a draft model and record its acceptance per request (attach mode
+    reads the server's own settings from /server_info). None: off."""
+    extra_args: list[str] = Field(title="Extra launch flags", default_factory=list)
+    """More launch_server flags, passed through verbatim."""
+    env: dict[str, str] = Field(title="Server environment", default_factory=dict)
+    """Environment for the server process, e.g. {"CUDA_VISIBLE_DEVICES": "0,1"}."""
+    api_key_env: str | None = Field(title="API key variable", default=None)
+    """Name of the environment variable holding SGLang's --api-key (never the key)."""
+    api_key_secret: str | None = Field(title="API key Secret block", default=None)
+    """Name of a Prefect Secret block holding SGLang's --api-key (instead of api_key_env)."""
+    launch: LaunchFlags = Field(title="Launch flags", default_factory=LaunchFlags)
+    """SGLang's --tp-size, --mem-fraction-static, hierarchical cache, decode steps and --random-seed
+    for a launched server."""
+    limits: ServerLimits = Field(title="Limits", default_factory=ServerLimits)
+    """What the run asks of the server at most: requests and tokens in flight, how long a start and
+    a request may take."""
+    recovery: Recovery = Field(title="Recovery", default_factory=Recovery)
+    """When a server counts as lost, and how the run gets it back."""
 
     @model_validator(mode="before")
     @classmethod
